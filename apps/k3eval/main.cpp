@@ -1,0 +1,87 @@
+// k3eval: the MPI batch job. For now it builds and verifies the parallel layout; later issues
+// add checkpoint loading, the Kimi-K3 engine and the GSM8K evaluation on top.
+#include <cstdio>
+#include <optional>
+
+#include <spdlog/spdlog.h>
+
+#include "apps/k3eval/check_layout.h"
+#include "apps/k3eval/options.h"
+#include "dist/collectives.h"
+#include "dist/groups.h"
+#include "dist/logging.h"
+#include "dist/runtime.h"
+#include "dist/threads.h"
+
+namespace {
+
+using namespace k3;
+
+int run_k3eval(dist::Runtime& runtime, int argc, char** argv) {
+  apps::K3evalOptions options;
+  runtime.collectively([&] {
+    options = apps::parse_k3eval_options(argc, argv);
+    dist::set_console_level(dist::parse_log_level(options.log_level));
+    if (options.help || options.version) return;
+    if (!options.artifacts_dir.empty()) {
+      dist::add_rank_log_file(options.artifacts_dir, runtime.rank());
+    }
+  });
+  if (options.help || options.version) {
+    if (runtime.rank() == 0) {
+      std::fputs(options.help ? apps::k3eval_usage().c_str() : "k3eval " K3_VERSION "\n", stdout);
+    }
+    return 0;
+  }
+  spdlog::debug("command line: {}", options.command_line);
+
+  std::optional<dist::ThreadCap> threads;
+  dist::NodeInfo nodes;
+  std::optional<dist::Layout> layout;
+  runtime.collectively([&] {
+    threads.emplace(options.threads.value_or(dist::default_thread_count(runtime.env())));
+    dist::LayoutSpec spec = options.layout;
+    spec.world = runtime.world_size();
+    spec.ranks_per_node = options.ranks_per_node;
+    dist::Layout::make(spec);  // reject an impossible layout before any further collective
+    nodes = runtime.discover_nodes(options.ranks_per_node);
+    spec.ranks_per_node = nodes.ranks_per_node;
+    layout = dist::Layout::make(spec);
+  });
+  spdlog::info("{} ranks ({} via {}), {} oneTBB thread(s) per rank, job {}", runtime.world_size(),
+               nodes.simulated ? "simulated nodes" : "hosts",
+               dist::launcher_name(runtime.env().launcher), threads->threads(),
+               runtime.env().job_id.empty() ? "-" : runtime.env().job_id);
+  spdlog::info("layout: {}", layout->summary());
+
+  std::optional<dist::Groups> groups;
+  runtime.collectively([&] { groups.emplace(*layout, runtime.world()); });
+  spdlog::info("{} group kinds built and verified against the layout", dist::kAllGroupKinds.size());
+
+  if (options.debug_fail_rank &&
+      (*options.debug_fail_rank == -1 || *options.debug_fail_rank == runtime.rank())) {
+    throw InternalError("injected failure (--debug-fail-rank " +
+                        std::to_string(*options.debug_fail_rank) + ")");
+  }
+  // Ranks without an injected failure wait here, as they would in any collective.
+  dist::barrier(groups->world());
+
+  if (options.check_layout) {
+    if (runtime.rank() == 0) std::fputs(apps::layout_table(*layout, nodes).c_str(), stdout);
+    std::fflush(stdout);
+    return 0;
+  }
+  runtime.collectively([] {
+    throw UsageError(
+        "nothing to do: pass --check-layout (checkpoint loading and the GSM8K evaluation come "
+        "with later releases; see k3eval --help)");
+  });
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  k3::dist::Runtime runtime(argc, argv);
+  return runtime.run([&] { return run_k3eval(runtime, argc, argv); });
+}

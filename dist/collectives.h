@@ -1,0 +1,163 @@
+// Typed collectives over a dist::Comm: the handful the engine and evaluator need, with MPI's
+// counts and displacements computed here rather than at every call site. Main thread only.
+#pragma once
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstdint>
+#include <numeric>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "dist/comm.h"
+#include "quant/error.h"
+
+namespace k3::dist {
+
+template <class T>
+MPI_Datatype mpi_type() {
+  if constexpr (std::is_same_v<T, float>)
+    return MPI_FLOAT;
+  else if constexpr (std::is_same_v<T, double>)
+    return MPI_DOUBLE;
+  else if constexpr (std::is_same_v<T, std::int8_t>)
+    return MPI_INT8_T;
+  else if constexpr (std::is_same_v<T, std::uint8_t>)
+    return MPI_UINT8_T;
+  else if constexpr (std::is_same_v<T, std::int16_t>)
+    return MPI_INT16_T;
+  else if constexpr (std::is_same_v<T, std::uint16_t>)
+    return MPI_UINT16_T;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return MPI_INT32_T;
+  else if constexpr (std::is_same_v<T, std::uint32_t>)
+    return MPI_UINT32_T;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return MPI_INT64_T;
+  else if constexpr (std::is_same_v<T, std::uint64_t>)
+    return MPI_UINT64_T;
+  else if constexpr (std::is_same_v<T, char>)
+    return MPI_CHAR;
+  else
+    static_assert(sizeof(T) == 0, "no MPI datatype for this type");
+}
+
+enum class ReduceOp { kSum, kMax, kMin, kLogicalOr, kLogicalAnd };
+MPI_Op mpi_op(ReduceOp op);
+
+// MPI counts are int; refuse sizes that would silently wrap.
+int checked_count(std::size_t n, const char* what);
+std::vector<int> displacements(std::span<const int> counts, const char* what);
+
+// In place over `data` on every member.
+template <class T>
+void allreduce(const Comm& comm, std::span<T> data, ReduceOp op) {
+  require_main_thread("allreduce");
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, data.data(), checked_count(data.size(), "allreduce"),
+                          mpi_type<T>(), mpi_op(op), comm.handle()),
+            "MPI_Allreduce");
+}
+
+template <class T>
+T allreduce(const Comm& comm, T value, ReduceOp op) {
+  allreduce(comm, std::span<T>(&value, 1), op);
+  return value;
+}
+
+// One value from every member, in rank order.
+template <class T>
+std::vector<T> allgather(const Comm& comm, const T& value) {
+  require_main_thread("allgather");
+  std::vector<T> out(comm.size());
+  check_mpi(MPI_Allgather(&value, 1, mpi_type<T>(), out.data(), 1, mpi_type<T>(), comm.handle()),
+            "MPI_Allgather");
+  return out;
+}
+
+template <class T>
+struct Gathered {
+  std::vector<T> data;      // every member's contribution, concatenated in rank order
+  std::vector<int> counts;  // elements contributed by each member
+  std::vector<int> displs;  // where each member's contribution starts in data
+};
+
+// Variable-length contributions from every member, to every member.
+template <class T>
+Gathered<T> allgatherv(const Comm& comm, std::span<const T> mine) {
+  Gathered<T> out;
+  out.counts = allgather(comm, checked_count(mine.size(), "allgatherv"));
+  out.displs = displacements(out.counts, "allgatherv");
+  out.data.resize(static_cast<std::size_t>(out.displs.back() + out.counts.back()));
+  check_mpi(
+      MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), mpi_type<T>(), out.data.data(),
+                     out.counts.data(), out.displs.data(), mpi_type<T>(), comm.handle()),
+      "MPI_Allgatherv");
+  return out;
+}
+
+// Variable-length contributions to `root`; other members get an empty result.
+template <class T>
+Gathered<T> gatherv(const Comm& comm, std::span<const T> mine, int root) {
+  require_main_thread("gatherv");
+  const int count = checked_count(mine.size(), "gatherv");
+  Gathered<T> out;
+  if (comm.rank() == root) out.counts.resize(comm.size());
+  check_mpi(MPI_Gather(&count, 1, MPI_INT, out.counts.data(), 1, MPI_INT, root, comm.handle()),
+            "MPI_Gather");
+  if (comm.rank() == root) {
+    out.displs = displacements(out.counts, "gatherv");
+    out.data.resize(static_cast<std::size_t>(out.displs.back() + out.counts.back()));
+  }
+  check_mpi(MPI_Gatherv(mine.data(), count, mpi_type<T>(), out.data.data(), out.counts.data(),
+                        out.displs.data(), mpi_type<T>(), root, comm.handle()),
+            "MPI_Gatherv");
+  return out;
+}
+
+// Personalised exchange: `send` holds send_counts[i] elements for member i, in member order.
+// Counts are exchanged first, so receivers need not know them; a member with nothing to send
+// still joins with zero counts.
+template <class T>
+Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const int> send_counts) {
+  require_main_thread("alltoallv");
+  if (static_cast<int>(send_counts.size()) != comm.size()) {
+    throw InternalError("alltoallv: " + std::to_string(send_counts.size()) +
+                        " send counts for a communicator of " + std::to_string(comm.size()));
+  }
+  const std::vector<int> send_displs = displacements(send_counts, "alltoallv send");
+  if (static_cast<std::size_t>(send_displs.back() + send_counts.back()) != send.size()) {
+    throw InternalError("alltoallv: send counts add up to " +
+                        std::to_string(send_displs.back() + send_counts.back()) + " but " +
+                        std::to_string(send.size()) + " elements were given");
+  }
+  Gathered<T> out;
+  out.counts.resize(comm.size());
+  check_mpi(
+      MPI_Alltoall(send_counts.data(), 1, MPI_INT, out.counts.data(), 1, MPI_INT, comm.handle()),
+      "MPI_Alltoall");
+  out.displs = displacements(out.counts, "alltoallv receive");
+  out.data.resize(static_cast<std::size_t>(out.displs.back() + out.counts.back()));
+  check_mpi(MPI_Alltoallv(send.data(), send_counts.data(), send_displs.data(), mpi_type<T>(),
+                          out.data.data(), out.counts.data(), out.displs.data(), mpi_type<T>(),
+                          comm.handle()),
+            "MPI_Alltoallv");
+  return out;
+}
+
+template <class T>
+void bcast(const Comm& comm, std::span<T> data, int root) {
+  require_main_thread("bcast");
+  check_mpi(MPI_Bcast(data.data(), checked_count(data.size(), "bcast"), mpi_type<T>(), root,
+                      comm.handle()),
+            "MPI_Bcast");
+}
+
+// A string of any length from `root` to every member.
+void bcast(const Comm& comm, std::string& text, int root);
+
+void barrier(const Comm& comm);
+
+}  // namespace k3::dist

@@ -1,0 +1,197 @@
+#include "dist/runtime.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <exception>
+
+#include <spdlog/spdlog.h>
+
+#include "dist/logging.h"
+
+namespace k3::dist {
+
+namespace {
+
+std::thread::id g_main_thread;
+
+constexpr int kTokenBytes = 64;
+constexpr int kHostBytes = 256;
+
+// The first process on this host to bind the abstract socket name wins; the kernel releases the
+// name when the process dies, so nothing is left behind by an aborted job.
+bool first_on_host(const std::string& token) {
+  static int fd = -1;  // kept open until the process ends
+  if (token.empty()) return true;
+  fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  if (fd < 0) return true;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string name = "k3eval-fatal-" + token;
+  const size_t len = std::min(name.size(), sizeof(addr.sun_path) - 2);
+  std::memcpy(addr.sun_path + 1, name.data(), len);  // sun_path[0] == 0: abstract namespace
+  const auto addr_len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + len);
+  return bind(fd, reinterpret_cast<sockaddr*>(&addr), addr_len) == 0;
+}
+
+}  // namespace
+
+std::thread::id Runtime::main_thread_id() { return g_main_thread; }
+
+Runtime::Runtime(int& argc, char**& argv) {
+  int provided = 0;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    throw InternalError("MPI_Init_thread failed");
+  }
+  g_main_thread = std::this_thread::get_id();
+  // Errors surface as return codes, which check_mpi turns into exceptions with context.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  world_ = Comm::world();
+  init_logging(world_.rank(), world_.size());
+  if (provided < MPI_THREAD_FUNNELED) {
+    fatal("the MPI library provides thread level " + std::to_string(provided) +
+              ", k3eval needs MPI_THREAD_FUNNELED",
+          ExitCode::kInternal);
+  }
+  try {
+    env_ = read_launch_env();
+  } catch (const Error& e) {
+    fatal(e.what(), e.exit_code());
+  }
+  // A token every rank shares, naming this job for the once-per-host fatal message.
+  std::array<char, kTokenBytes> token{};
+  if (world_.rank() == 0) {
+    const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+    std::snprintf(token.data(), token.size(), "%s-%ld-%lld", env_.hostname.c_str(),
+                  static_cast<long>(getpid()), static_cast<long long>(now));
+  }
+  MPI_Bcast(token.data(), kTokenBytes, MPI_CHAR, 0, MPI_COMM_WORLD);
+  token.back() = '\0';
+  job_token_ = token.data();
+}
+
+Runtime::~Runtime() {
+  flush_logs();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+int Runtime::run(const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const ReportedError& e) {
+    return static_cast<int>(e.exit_code());
+  } catch (const Error& e) {
+    fatal(e.what(), e.exit_code());
+  } catch (const std::exception& e) {
+    fatal(std::string("unexpected error: ") + e.what(), ExitCode::kInternal);
+  } catch (...) {
+    fatal("unexpected non-standard exception", ExitCode::kInternal);
+  }
+}
+
+void Runtime::collectively(const std::function<void()>& fn) {
+  std::string message;
+  int code = 0;
+  try {
+    fn();
+  } catch (const ReportedError& e) {
+    message = "";
+    code = static_cast<int>(e.exit_code());
+  } catch (const Error& e) {
+    message = e.what();
+    code = static_cast<int>(e.exit_code());
+  } catch (const std::exception& e) {
+    message = std::string("unexpected error: ") + e.what();
+    code = static_cast<int>(ExitCode::kInternal);
+  }
+  require_main_thread("Runtime::collectively");
+  int mine = code != 0 ? rank() : world_size();
+  int first = world_size();
+  check_mpi(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world_.handle()), "MPI_Allreduce");
+  if (first == world_size()) return;
+  check_mpi(MPI_Bcast(&code, 1, MPI_INT, first, world_.handle()), "MPI_Bcast");
+  if (rank() == first && !message.empty()) spdlog::error("{}", message);
+  flush_logs();
+  throw ReportedError(static_cast<ExitCode>(code));
+}
+
+NodeInfo Runtime::discover_nodes(int ranks_per_node) {
+  require_main_thread("Runtime::discover_nodes");
+  const int world = world_size();
+  const int me = rank();
+  NodeInfo info;
+  std::vector<int> node_of(world, 0);
+  if (ranks_per_node > 0) {
+    if (world % ranks_per_node != 0) {
+      throw UsageError("--ranks-per-node " + std::to_string(ranks_per_node) +
+                       " must divide the world size " + std::to_string(world));
+    }
+    info.simulated = true;
+    for (int r = 0; r < world; ++r) node_of[r] = r / ranks_per_node;
+  } else {
+    // Each shared-memory domain is named by its lowest world rank.
+    MPI_Comm shared = MPI_COMM_NULL;
+    check_mpi(
+        MPI_Comm_split_type(world_.handle(), MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &shared),
+        "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+    Comm local(shared);
+    int leader = me;
+    check_mpi(MPI_Allreduce(&me, &leader, 1, MPI_INT, MPI_MIN, local.handle()), "MPI_Allreduce");
+    std::vector<int> leaders(world);
+    check_mpi(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, world_.handle()),
+              "MPI_Allgather");
+    std::vector<int> distinct = leaders;
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    for (int r = 0; r < world; ++r) {
+      node_of[r] = static_cast<int>(std::lower_bound(distinct.begin(), distinct.end(), leaders[r]) -
+                                    distinct.begin());
+    }
+  }
+  // Every node must be one contiguous block of ranks, all of the same size.
+  info.node_count = node_of.back() + 1;
+  info.ranks_per_node = world / info.node_count;
+  for (int r = 0; r < world; ++r) {
+    if (node_of[r] != r / info.ranks_per_node || world % info.node_count != 0) {
+      throw UsageError(
+          "ranks are not placed on hosts in equal contiguous blocks (rank " + std::to_string(r) +
+          " is on host #" + std::to_string(node_of[r]) + " of " + std::to_string(info.node_count) +
+          "); launch with 'mpirun --map-by slot' or 'srun --distribution=block', or simulate "
+          "nodes with --ranks-per-node");
+    }
+  }
+  info.node = node_of[me];
+  info.local_rank = me % info.ranks_per_node;
+  info.local_size = info.ranks_per_node;
+
+  // Host name of each node, as its first rank sees it.
+  std::array<char, kHostBytes> host{};
+  std::snprintf(host.data(), host.size(), "%s", env_.hostname.c_str());
+  std::vector<char> hosts(static_cast<size_t>(world) * kHostBytes);
+  check_mpi(MPI_Allgather(host.data(), kHostBytes, MPI_CHAR, hosts.data(), kHostBytes, MPI_CHAR,
+                          world_.handle()),
+            "MPI_Allgather");
+  for (int n = 0; n < info.node_count; ++n) {
+    const char* h = hosts.data() + static_cast<size_t>(n) * info.ranks_per_node * kHostBytes;
+    info.node_hosts.emplace_back(h, strnlen(h, kHostBytes));
+  }
+  return info;
+}
+
+void Runtime::fatal(const std::string& message, ExitCode code) {
+  if (!first_on_host(job_token_)) silence_console();
+  spdlog::critical("fatal: {} (aborting the job with exit code {})", message,
+                   static_cast<int>(code));
+  flush_logs();
+  MPI_Abort(MPI_COMM_WORLD, static_cast<int>(code));
+  std::_Exit(static_cast<int>(code));  // MPI_Abort does not return; this satisfies [[noreturn]]
+}
+
+}  // namespace k3::dist

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages k3eval builds and runs with, and nothing else.
+# Idempotent and silent when everything is already present; safe to call from every script.
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build pkg-config
+  libopenmpi-dev openmpi-bin
+  libboost-program-options-dev
+  libhdf5-openmpi-dev hdf5-tools
+  libtbb-dev
+  libspdlog-dev libfmt-dev
+  nlohmann-json3-dev
+  libpcre2-dev
+  libgtest-dev libgmock-dev
+  libbenchmark-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+echo "install_deps: installing ${missing[*]}" >&2
+sudo=""
+[[ $(id -u) -ne 0 ]] && sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq >&2
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2

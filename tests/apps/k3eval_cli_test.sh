@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# End-to-end checks of build/bin/k3eval as a user runs it under mpirun.
+# Usage: k3eval_cli_test.sh CASE K3EVAL_BINARY WORK_DIR
+set -uo pipefail
+case_name=$1
+k3eval=$2
+work=$3/$case_name
+rm -rf "$work" && mkdir -p "$work"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
+
+failures=0
+fail() { echo "FAIL [$case_name]: $*" >&2; failures=$((failures + 1)); }
+
+# run NP ARGS...: runs k3eval on NP ranks (0 = without mpirun), fills $rc, $out, $err.
+run() {
+  local np=$1; shift
+  if [[ $np -eq 0 ]]; then
+    timeout 60 "$k3eval" "$@" >"$work/out" 2>"$work/err"
+  else
+    timeout 120 mpirun --oversubscribe -np "$np" "$k3eval" "$@" >"$work/out" 2>"$work/err"
+  fi
+  rc=$?
+  out=$(cat "$work/out")
+  err=$(cat "$work/err")
+}
+expect_rc() { [[ $rc -eq $1 ]] || fail "exit code $rc, expected $1; stderr: $err"; }
+expect_out() { grep -qF -- "$1" <<<"$out" || fail "stdout lacks '$1'; stdout: $out"; }
+# expect_err_once TEXT: TEXT appears on exactly one stderr line.
+expect_err_once() {
+  local n
+  n=$(grep -cF -- "$1" <<<"$err")
+  [[ $n -eq 1 ]] || fail "stderr has '$1' $n times, expected once; stderr: $err"
+}
+
+production=(--tp 64 --dp 4 --ep 64 --enable-dp-attention --enable-dp-lm-head --ranks-per-node 16)
+
+case $case_name in
+  production_layout_64)
+    run 64 "${production[@]}" --enable-shared-experts-attn-tp --enable-dense-mlp-attn-tp --check-layout
+    expect_rc 0
+    expect_out "attn-tp              4    16  {0..15} {16..31} {32..47} {48..63}"
+    expect_out "moe-ep               1    64  {0..63}"
+    expect_out "attn-dp             16     4  {0,16,32,48} {1,17,33,49}"
+    expect_out "node                 4    16  {0..15} {16..31} {32..47} {48..63}"
+    expect_out "lm-head         vocabulary split 16-way over attn-tp"
+    expect_out "dense-mlp       split over attn-tp"
+    expect_out "shared-experts  split over attn-tp"
+    for n in 0 1 2 3; do expect_out "node $n"; done
+    [[ $(grep -c '^node [0-3] ' <<<"$out") -eq 4 ]] || fail "expected four node lines: $out"
+    ;;
+  dp3_rejected_64)
+    run 64 --tp 64 --dp 3 --ep 64 --enable-dp-attention --enable-dp-lm-head --ranks-per-node 16 --check-layout
+    expect_rc 2
+    expect_err_once "[rank  0/64] [error] invalid parallel layout: --dp 3 must divide --tp 64 under --enable-dp-attention"
+    [[ -z $out ]] || fail "a rejected layout printed a table: $out"
+    ;;
+  unknown_option_8)
+    run 8 --check-layout --no-such-option
+    expect_rc 2
+    expect_err_once "[rank 0/8] [error] unrecognised option '--no-such-option' (see k3eval --help)"
+    run 8 --check-layout --tp banana
+    expect_rc 2
+    expect_err_once "the argument ('banana') for option '--tp' is invalid"
+    run 8 --check-layout --threads 0
+    expect_rc 2
+    expect_err_once "--threads 0 must be >= 1"
+    ;;
+  fatal_one_rank_8)
+    start=$(date +%s)
+    run 8 --check-layout --debug-fail-rank 3
+    elapsed=$(( $(date +%s) - start ))
+    [[ $rc -ne 0 && $rc -ne 124 ]] || fail "exit code $rc: expected a non-zero code from the abort, not a timeout"
+    expect_err_once "[rank 3/8] [critical] fatal: injected failure (--debug-fail-rank 3)"
+    [[ $(grep -c "fatal:" <<<"$err") -eq 1 ]] || fail "more than one fatal message: $err"
+    [[ -z $out ]] || fail "an aborted job printed a layout table"
+    echo "job ended $elapsed s after launch"
+    ;;
+  fatal_every_rank_8)
+    run 8 --check-layout --debug-fail-rank -1
+    [[ $rc -ne 0 && $rc -ne 124 ]] || fail "exit code $rc: expected a non-zero code from the abort, not a timeout"
+    [[ $(grep -c "fatal: injected failure" <<<"$err") -eq 1 ]] ||
+      fail "every rank failed; expected one message on this host: $err"
+    ;;
+  config_file_8)
+    printf '# production-like\ntp = 8\ndp = 2\nep = 2\nenable-dp-attention = true\n' >"$work/job.ini"
+    run 8 --config "$work/job.ini" --ep 8 --check-layout
+    expect_rc 0
+    expect_out "layout: world=8 tp=8 dp=2 (DP attention) attn_tp=4 ep=8 moe_tp=1"
+    printf 'tp = 8\nbatch = 3\n' >"$work/bad.ini"
+    run 8 --config "$work/bad.ini" --check-layout
+    expect_rc 2
+    expect_err_once "config file '$work/bad.ini': unrecognised option 'batch'"
+    ;;
+  artifacts_logs_8)
+    run 8 --check-layout --artifacts-dir "$work/artifacts" --ranks-per-node 4
+    expect_rc 0
+    for r in 0 1 2 3 4 5 6 7; do
+      f=$work/artifacts/logs/rank-0000$r.log
+      [[ -s $f ]] || { fail "missing or empty $f"; continue; }
+      grep -qF "[rank $r/8] [info] 7 group kinds built and verified" "$f" || fail "$f lacks rank $r's info lines"
+    done
+    # Only rank 0 speaks at info level on the console.
+    [[ $(grep -c "\[info\]" <<<"$err") -eq $(grep -c "\[rank 0/8\] \[info\]" <<<"$err") ]] ||
+      fail "info lines from ranks other than 0 on the console: $err"
+    ;;
+  singleton)
+    run 0 --check-layout
+    expect_rc 0
+    expect_out "layout: world=1 tp=1 dp=1"
+    run 0 --help
+    expect_rc 0
+    expect_out "--enable-dp-attention"
+    run 0
+    expect_rc 2
+    expect_err_once "nothing to do: pass --check-layout"
+    ;;
+  *)
+    fail "unknown case"
+    ;;
+esac
+
+if [[ $failures -ne 0 ]]; then
+  echo "$case_name: $failures check(s) failed" >&2
+  exit 1
+fi
+echo "$case_name: ok"
