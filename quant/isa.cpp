@@ -1,0 +1,87 @@
+#include "quant/isa.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "quant/error.h"
+
+namespace k3::quant {
+namespace {
+
+Isa probe() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+  if (avx512) return Isa::kAvx512;
+  if (avx2) return Isa::kAvx2;
+#endif
+  return Isa::kScalar;
+}
+
+constexpr std::uint8_t kUnset = 0xff;
+std::atomic<std::uint8_t> g_active{kUnset};
+
+void check_supported(Isa isa, std::string_view origin) {
+  if (static_cast<int>(isa) > static_cast<int>(detected_isa())) {
+    throw UsageError("quant: " + std::string(origin) + " asks for " + std::string(name(isa)) +
+                     " but this CPU supports at most " + std::string(name(detected_isa())));
+  }
+}
+
+}  // namespace
+
+std::string_view name(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return "scalar";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+std::optional<Isa> isa_from_name(std::string_view n) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (name(isa) == n) return isa;
+  }
+  return std::nullopt;
+}
+
+Isa detected_isa() {
+  static const Isa detected = probe();
+  return detected;
+}
+
+std::vector<Isa> available_isas() {
+  std::vector<Isa> out;
+  for (int i = 0; i <= static_cast<int>(detected_isa()); ++i) out.push_back(static_cast<Isa>(i));
+  return out;
+}
+
+Isa active_isa() {
+  std::uint8_t v = g_active.load(std::memory_order_relaxed);
+  if (v != kUnset) return static_cast<Isa>(v);
+  Isa isa = detected_isa();
+  if (const char* env = std::getenv("K3_QUANT_ISA"); env != nullptr && *env != '\0') {
+    const auto parsed = isa_from_name(env);
+    if (!parsed) {
+      throw UsageError(std::string("quant: K3_QUANT_ISA='") + env +
+                       "' is not one of scalar, avx2, avx512");
+    }
+    check_supported(*parsed, "K3_QUANT_ISA");
+    isa = *parsed;
+  }
+  g_active.store(static_cast<std::uint8_t>(isa), std::memory_order_relaxed);
+  return isa;
+}
+
+void set_active_isa(Isa isa) {
+  check_supported(isa, "set_active_isa");
+  g_active.store(static_cast<std::uint8_t>(isa), std::memory_order_relaxed);
+}
+
+}  // namespace k3::quant

@@ -1,0 +1,48 @@
+// Internal: the per-ISA row kernels behind gemm(). Not part of the public API.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/activations.h"
+#include "quant/types.h"
+
+namespace k3::quant::detail {
+
+// A kernel computes, for one weight "unit" (one row; a packed pair of rows for MS_INT4) and
+// activation rows a0 .. a0+na-1 (na <= kMaxActs), every dot product of the unit's rows with
+// those activations: y[(a0 + i) * ldy + r] for each row r of the unit. The view, shapes and
+// activation format have been validated by the caller.
+using RowKernel = void (*)(const MatrixView& w, std::size_t unit, const ActView& a, std::size_t a0,
+                           std::size_t na, float* y, std::size_t ldy);
+
+inline constexpr std::size_t kMaxActs = 4;
+
+// Optional: all outputs of units [u0, u0 + nu) (nu <= kTileUnits) for activation rows
+// [0, a.rows), with its own register blocking over rows and activations (and its own choice
+// of path by batch size). Used instead of the row kernel when present.
+using TileKernel = void (*)(const MatrixView& w, std::size_t u0, std::size_t nu, const ActView& a,
+                            float* y, std::size_t ldy);
+
+inline constexpr std::size_t kTileUnits = 16;
+
+struct KernelTable {
+  RowKernel row[kTypeCount] = {};
+  TileKernel tile[kTypeCount] = {};
+};
+
+inline std::size_t rows_per_unit(Type t) { return t == Type::kModelSlimInt4 ? 2 : 1; }
+
+// Start of row `row` of a block format with compile-time geometry (no runtime division in the
+// per-row path).
+template <std::size_t kElems, std::size_t kBytes>
+inline const std::uint8_t* block_row(const MatrixView& w, std::size_t row) {
+  return w.data.data() + row * (w.cols / kElems * kBytes);
+}
+
+// Tables are complete for scalar; a null entry in a SIMD table falls back to the next lower ISA.
+const KernelTable& scalar_kernels();
+const KernelTable& avx2_kernels();
+const KernelTable& avx512_kernels();
+
+}  // namespace k3::quant::detail

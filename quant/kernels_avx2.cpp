@@ -1,0 +1,458 @@
+// AVX2 + FMA + F16C kernels. Every function carries a target attribute instead of the whole file
+// being compiled with -mavx2: inline functions from shared headers then stay baseline x86-64,
+// so nothing AVX2 can leak into code that runs before the cpuid check.
+#include <cstdint>
+#include <cstring>
+
+#include "quant/fp.h"
+#include "quant/kernel_table.h"
+#include "quant/reference.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define K3_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define K3_AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) inline
+
+namespace k3::quant::detail {
+namespace {
+
+using std::size_t;
+using std::uint8_t;
+
+
+K3_AVX2_INLINE float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+K3_AVX2_INLINE __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+K3_AVX2_INLINE __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+K3_AVX2_INLINE float half(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
+
+// Weights stream from DRAM once per call. Hardware prefetch alone leaves too few misses in
+// flight for the slow-consuming integer kernels (measured: Q4_0 GEMV at 25% of read bandwidth
+// without this), so every kernel prefetches its own weight stream this far ahead, into L2:
+// prefetching into L1 holds line-fill buffers and measured 5-15% slower.
+inline constexpr std::size_t kPrefetchBytes = 4096;
+K3_AVX2_INLINE void prefetch(const void* p) {
+  _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T1);
+}
+
+// Sum over pairs then quads of u8 * s8 products: 8 int32 lanes (|pair| <= 2*255*127 would
+// saturate int16, so callers keep u8 <= 128 or the activation magnitude <= 127 with u8 <= 128).
+K3_AVX2_INLINE __m256i dot_u8s8(__m256i u, __m256i s) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+// Signed x signed through |w| and sign(x, w).
+K3_AVX2_INLINE __m256i dot_s8s8(__m256i w, __m256i x) {
+  return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+
+// ------------------------------------------------------------------ fp32 activations
+
+template <Type T>
+K3_AVX2_INLINE __m256 load_w8(const uint8_t* p) {
+  if constexpr (T == Type::kF32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  } else if constexpr (T == Type::kF16) {
+    return _mm256_cvtph_ps(load128(p));
+  } else {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load128(p)), 16));
+  }
+}
+
+template <Type T>
+float load_w1(const uint8_t* p) {
+  if constexpr (T == Type::kF32) {
+    float v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  } else if constexpr (T == Type::kF16) {
+    return fp16_to_f32(load_u16(p));
+  } else {
+    return bf16_to_f32(load_u16(p));
+  }
+}
+
+template <Type T, int NA>
+K3_AVX2 void row_float_n(const MatrixView& w, size_t row, const ActView& a, size_t a0, float* y,
+                         size_t ldy) {
+  constexpr size_t kEs = T == Type::kF32 ? 4 : 2;
+  const uint8_t* p = block_row<1, kEs>(w, row);
+  const size_t n = w.cols;
+  const float* x[NA];
+  for (int i = 0; i < NA; ++i) x[i] = a.f32 + (a0 + i) * a.cols;
+  __m256 acc0[NA], acc1[NA];
+  for (int i = 0; i < NA; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
+  size_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    prefetch(p + kEs * k);
+    const __m256 w0 = load_w8<T>(p + kEs * k);
+    const __m256 w1 = load_w8<T>(p + kEs * (k + 8));
+    for (int i = 0; i < NA; ++i) {
+      acc0[i] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[i] + k), acc0[i]);
+      acc1[i] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[i] + k + 8), acc1[i]);
+    }
+  }
+  for (; k + 8 <= n; k += 8) {
+    const __m256 w0 = load_w8<T>(p + kEs * k);
+    for (int i = 0; i < NA; ++i) acc0[i] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[i] + k), acc0[i]);
+  }
+  for (int i = 0; i < NA; ++i) {
+    float s = hsum(_mm256_add_ps(acc0[i], acc1[i]));
+    for (size_t t = k; t < n; ++t) s += load_w1<T>(p + kEs * t) * x[i][t];
+    y[(a0 + i) * ldy + row] = s;
+  }
+}
+
+// ------------------------------------------------------------------ int8 blocks of 32
+
+// Weight decoders: 32 weights of block b as int8 in activation order, plus the block scale.
+// kSigned: the bytes are signed weights (dot via sign trick). Otherwise they are u8 = weight + 8
+// and the kernel subtracts 8 * sum(x) (one isum per int32 lane: 8 lanes * isum).
+struct Q8_0W {
+  static constexpr bool kSigned = true;
+  static const uint8_t* row(const MatrixView& w, size_t r) { return block_row<32, 34>(w, r); }
+  static const uint8_t* block(const MatrixView&, const uint8_t* row, size_t, size_t b) { return row + 34 * b; }
+  K3_AVX2_INLINE static __m256i decode(const uint8_t* blk) { return load256(blk + 2); }
+  K3_AVX2_INLINE static float scale(const MatrixView&, size_t, const uint8_t* blk, size_t) { return half(blk); }
+};
+
+struct Q4_0W {
+  static constexpr bool kSigned = false;
+  static const uint8_t* row(const MatrixView& w, size_t r) { return block_row<32, 18>(w, r); }
+  static const uint8_t* block(const MatrixView&, const uint8_t* row, size_t, size_t b) { return row + 18 * b; }
+  K3_AVX2_INLINE static __m256i decode(const uint8_t* blk) {
+    const __m128i q = load128(blk + 2);
+    const __m128i m = _mm_set1_epi8(0x0f);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+  }
+  K3_AVX2_INLINE static float scale(const MatrixView&, size_t, const uint8_t* blk, size_t) { return half(blk); }
+};
+
+K3_AVX2_INLINE __m256i mxfp4_lookup(__m128i q) {
+  const __m128i table = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+  const __m128i m = _mm_set1_epi8(0x0f);
+  const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(q, m));
+  const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), m));
+  return _mm256_set_m128i(hi, lo);
+}
+
+struct Mxfp4W {
+  static constexpr bool kSigned = true;
+  static const uint8_t* row(const MatrixView& w, size_t r) { return block_row<32, 17>(w, r); }
+  static const uint8_t* block(const MatrixView&, const uint8_t* row, size_t, size_t b) { return row + 17 * b; }
+  K3_AVX2_INLINE static __m256i decode(const uint8_t* blk) { return mxfp4_lookup(load128(blk + 1)); }
+  K3_AVX2_INLINE static float scale(const MatrixView&, size_t, const uint8_t* blk, size_t) { return e8m0_half(blk[0]); }
+};
+
+// compressed-tensors: nibbles [row, cols/2], E8M0 [row, cols/32]; activations are even/odd.
+struct Mxfp4PackedW {
+  static constexpr bool kSigned = true;
+  static const uint8_t* row(const MatrixView&, size_t) { return nullptr; }  // see block()
+  static const uint8_t* block(const MatrixView& w, const uint8_t*, size_t row, size_t b) {
+    return w.data.data() + row * (w.cols / 2) + 16 * b;
+  }
+  K3_AVX2_INLINE static __m256i decode(const uint8_t* blk) { return mxfp4_lookup(load128(blk)); }
+  K3_AVX2_INLINE static float scale(const MatrixView& w, size_t row, const uint8_t*, size_t b) {
+    return e8m0_half(w.e8m0[row * (w.cols / 32) + b]);
+  }
+};
+
+template <class W, int NA>
+K3_AVX2_INLINE void q8_block(const MatrixView& w, const uint8_t* p, size_t row, const ActView& a,
+                             size_t a0, size_t b, __m256* acc) {
+  const size_t nb = a.blocks;
+  const uint8_t* blk = W::block(w, p, row, b);
+  prefetch(blk);
+  const __m256i q = W::decode(blk);
+  const float dw = W::scale(w, row, blk, b);
+  for (int i = 0; i < NA; ++i) {
+    const size_t ab = (a0 + i) * nb + b;
+    const __m256i x = load256(a.qs + 32 * ab);
+    __m256i s;
+    if constexpr (W::kSigned) {
+      s = dot_s8s8(q, x);
+    } else {
+      s = _mm256_sub_epi32(dot_u8s8(q, x), _mm256_set1_epi32(a.isum[ab]));
+    }
+    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * a.d[ab]), acc[i]);
+  }
+}
+
+// Even and odd blocks accumulate separately: one FMA chain per block would bound the loop by
+// the FMA latency.
+template <class W, int NA>
+K3_AVX2 void row_q8_n(const MatrixView& w, size_t row, const ActView& a, size_t a0, float* y,
+                      size_t ldy) {
+  const uint8_t* p = W::row(w, row);
+  const size_t nb = a.blocks;
+  __m256 acc0[NA], acc1[NA];
+  for (int i = 0; i < NA; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
+  size_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    q8_block<W, NA>(w, p, row, a, a0, b, acc0);
+    q8_block<W, NA>(w, p, row, a, a0, b + 1, acc1);
+  }
+  if (b < nb) q8_block<W, NA>(w, p, row, a, a0, b, acc0);
+  for (int i = 0; i < NA; ++i) y[(a0 + i) * ldy + row] = hsum(_mm256_add_ps(acc0[i], acc1[i]));
+}
+
+// ModelSlim int8: y = scale * (sum_b dx_b (q . qx)_b - offset * sum(x)).
+template <int NA>
+K3_AVX2 void row_ms_int8_n(const MatrixView& w, size_t row, const ActView& a, size_t a0, float* y,
+                           size_t ldy) {
+  const uint8_t* p = w.data.data() + row * w.cols;
+  const size_t nb = a.blocks;
+  __m256 acc[2][NA];
+  float xs[NA] = {};
+  for (int i = 0; i < NA; ++i) acc[0][i] = acc[1][i] = _mm256_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    prefetch(p + 32 * b);
+    const __m256i q = load256(p + 32 * b);
+    for (int i = 0; i < NA; ++i) {
+      const size_t ab = (a0 + i) * nb + b;
+      const __m256i s = dot_s8s8(q, load256(a.qs + 32 * ab));
+      acc[b & 1][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a.d[ab]), acc[b & 1][i]);
+      xs[i] += a.xsum[ab];
+    }
+  }
+  const float off = w.offset.empty() ? 0.0f : w.offset[row];
+  for (int i = 0; i < NA; ++i) {
+    y[(a0 + i) * ldy + row] = w.scale[row] * (hsum(_mm256_add_ps(acc[0][i], acc[1][i])) - off * xs[i]);
+  }
+}
+
+// ModelSlim int4: packed row `unit` feeds rows 2u (low nibbles) and 2u+1 (high nibbles).
+template <int NA>
+K3_AVX2 void row_ms_int4_n(const MatrixView& w, size_t unit, const ActView& a, size_t a0, float* y,
+                           size_t ldy) {
+  const uint8_t* p = w.data.data() + unit * w.cols;
+  const size_t nb = a.blocks;
+  const size_t bpg = w.group_size == 0 ? nb : w.group_size / 32;
+  const size_t groups = nb / bpg;
+  const size_t r0 = 2 * unit, r1 = 2 * unit + 1;
+  const __m256i m = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
+  float out0[NA] = {}, out1[NA] = {};
+  for (size_t g = 0; g < groups; ++g) {
+    __m256 g0[NA], g1[NA];
+    float xs[NA] = {};
+    for (int i = 0; i < NA; ++i) g0[i] = g1[i] = _mm256_setzero_ps();
+    for (size_t b = g * bpg; b < (g + 1) * bpg; ++b) {
+      prefetch(p + 32 * b);
+      const __m256i v = load256(p + 32 * b);
+      const __m256i lo = _mm256_xor_si256(_mm256_and_si256(v, m), eight);  // weight + 8
+      const __m256i hi = _mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m), eight);
+      for (int i = 0; i < NA; ++i) {
+        const size_t ab = (a0 + i) * nb + b;
+        const __m256i x = load256(a.qs + 32 * ab);
+        const __m256i corr = _mm256_set1_epi32(a.isum[ab]);
+        const __m256 dx = _mm256_set1_ps(a.d[ab]);
+        g0[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot_u8s8(lo, x), corr)), dx, g0[i]);
+        g1[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot_u8s8(hi, x), corr)), dx, g1[i]);
+        xs[i] += a.xsum[ab];
+      }
+    }
+    for (int i = 0; i < NA; ++i) {
+      const float s0 = hsum(g0[i]), s1 = hsum(g1[i]);
+      if (w.group_size == 0) {
+        const float o0 = w.offset.empty() ? 0.0f : w.offset[r0];
+        const float o1 = w.offset.empty() ? 0.0f : w.offset[r1];
+        out0[i] += s0 - o0 * xs[i];
+        out1[i] += s1 - o1 * xs[i];
+      } else {
+        const size_t i0 = r0 * groups + g, i1 = r1 * groups + g;
+        const float o0 = w.group_offset.empty() ? 0.0f : w.group_offset[i0];
+        const float o1 = w.group_offset.empty() ? 0.0f : w.group_offset[i1];
+        out0[i] += w.group_scale[i0] * (s0 - o0 * xs[i]);
+        out1[i] += w.group_scale[i1] * (s1 - o1 * xs[i]);
+      }
+    }
+  }
+  for (int i = 0; i < NA; ++i) {
+    y[(a0 + i) * ldy + r0] = w.scale[r0] * out0[i];
+    y[(a0 + i) * ldy + r1] = w.scale[r1] * out1[i];
+  }
+}
+
+// ------------------------------------------------------------------ K-quants x Q8_K
+
+// Shuffle masks that turn 16 scale bytes (both lanes) into int16 [s_j x8 | s_j+1 x8].
+K3_AVX2_INLINE __m256i pair_scale_mask(int j) {
+  const char z = static_cast<char>(0x80);
+  const auto a = static_cast<char>(j), b = static_cast<char>(j + 1);
+  return _mm256_setr_epi8(a, z, a, z, a, z, a, z, a, z, a, z, a, z, a, z,
+                          b, z, b, z, b, z, b, z, b, z, b, z, b, z, b, z);
+}
+
+template <int NA>
+K3_AVX2 void row_q2_k_n(const MatrixView& w, size_t row, const ActView& a, size_t a0, float* y,
+                        size_t ldy) {
+  const uint8_t* p = block_row<256, 84>(w, row);
+  const size_t nb = a.blocks;
+  const __m256i m3 = _mm256_set1_epi8(3);
+  __m256 acc[NA];
+  for (int i = 0; i < NA; ++i) acc[i] = _mm256_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = p + 84 * b;
+    prefetch(blk);
+    prefetch(blk + 64);
+    const __m128i sc8 = load128(blk + layout::kQ2KScales);
+    const __m256i scales = _mm256_broadcastsi128_si256(_mm_and_si128(sc8, _mm_set1_epi8(0x0f)));
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0f)));
+    const float d = half(blk + layout::kQ2KD), dmin = half(blk + layout::kQ2KDmin);
+    __m256i sum[NA];
+    for (int i = 0; i < NA; ++i) sum[i] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q32 = load256(blk + layout::kQ2KQs + 32 * h);
+      for (int s = 0; s < 4; ++s) {
+        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(q32, 2 * s), m3);
+        const __m256i sc = _mm256_shuffle_epi8(scales, pair_scale_mask(8 * h + 2 * s));
+        for (int i = 0; i < NA; ++i) {
+          const size_t ab = (a0 + i) * nb + b;
+          const __m256i x = load256(a.qs + 256 * ab + 128 * h + 32 * s);
+          sum[i] = _mm256_add_epi32(sum[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), sc));
+        }
+      }
+    }
+    for (int i = 0; i < NA; ++i) {
+      const size_t ab = (a0 + i) * nb + b;
+      const __m256i msum = _mm256_madd_epi16(mins, load256(a.bsums + 16 * ab));
+      const float dx = a.d[ab];
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[i]), _mm256_set1_ps(d * dx), acc[i]);
+      acc[i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * dx), acc[i]);
+    }
+  }
+  for (int i = 0; i < NA; ++i) y[(a0 + i) * ldy + row] = hsum(acc[i]);
+}
+
+// Signed int16 scales: permute the 16 x int16 vector so both lanes hold the half with s_j,
+// then pick s_j (low lane) and s_j+1 (high lane).
+K3_AVX2_INLINE __m256i pair_scale16(__m256i sc16, int j) {
+  const __m256i half_lanes = j < 8 ? _mm256_permute2x128_si256(sc16, sc16, 0x00)
+                                   : _mm256_permute2x128_si256(sc16, sc16, 0x11);
+  const auto a = static_cast<char>(2 * (j % 8)), b = static_cast<char>(2 * (j % 8) + 2);
+  const auto a1 = static_cast<char>(a + 1), b1 = static_cast<char>(b + 1);
+  const __m256i mask = _mm256_setr_epi8(a, a1, a, a1, a, a1, a, a1, a, a1, a, a1, a, a1, a, a1,
+                                        b, b1, b, b1, b, b1, b, b1, b, b1, b, b1, b, b1, b, b1);
+  return _mm256_shuffle_epi8(half_lanes, mask);
+}
+
+// The 16 signed 6-bit Q3_K scales (minus 32): see kernels_avx512.cpp q3_k_scales.
+K3_AVX2_INLINE __m128i q3_k_scales(const uint8_t* p) {
+  std::uint64_t lo;
+  std::uint32_t hi;
+  std::memcpy(&lo, p, sizeof lo);
+  std::memcpy(&hi, p + 8, sizeof hi);
+  const __m128i v = _mm_cvtsi64_si128(static_cast<long long>(lo));
+  const __m128i m4 = _mm_set1_epi8(0x0f);
+  const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+  const __m128i top = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(hi)), _mm_setr_epi32(0, 2, 4, 6)),
+                                    _mm_set1_epi8(3));
+  return _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(top, 4)), _mm_set1_epi8(32));
+}
+
+template <int NA>
+K3_AVX2 void row_q3_k_n(const MatrixView& w, size_t row, const ActView& a, size_t a0, float* y,
+                        size_t ldy) {
+  const uint8_t* p = block_row<256, 110>(w, row);
+  const size_t nb = a.blocks;
+  const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+  __m256 acc[NA];
+  for (int i = 0; i < NA; ++i) acc[i] = _mm256_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = p + 110 * b;
+    prefetch(blk);
+    prefetch(blk + 64);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(q3_k_scales(blk + layout::kQ3KScales));
+    const __m256i hm = load256(blk + layout::kQ3KHmask);
+    const float d = half(blk + layout::kQ3KD);
+    __m256i sum[NA];
+    for (int i = 0; i < NA; ++i) sum[i] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q32 = load256(blk + layout::kQ3KQs + 32 * h);
+      for (int s = 0; s < 4; ++s) {
+        const int c = 4 * h + s;  // 32-element chunk: its high bits are bit c of hmask
+        const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << c));
+        const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), four);
+        const __m256i u = _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi16(q32, 2 * s), m3), high);
+        const __m256i scp = pair_scale16(sc16, 2 * c);
+        for (int i = 0; i < NA; ++i) {
+          const size_t ab = (a0 + i) * nb + b;
+          const __m256i x = load256(a.qs + 256 * ab + 32 * c);
+          sum[i] = _mm256_add_epi32(sum[i], _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), scp));
+        }
+      }
+    }
+    for (int i = 0; i < NA; ++i) {
+      const size_t ab = (a0 + i) * nb + b;
+      // u = weight + 4: subtract 4 * sum_j sc_j * bsum_j.
+      const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(sc16, load256(a.bsums + 16 * ab)), 2);
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sum[i], corr)),
+                               _mm256_set1_ps(d * a.d[ab]), acc[i]);
+    }
+  }
+  for (int i = 0; i < NA; ++i) y[(a0 + i) * ldy + row] = hsum(acc[i]);
+}
+
+// ------------------------------------------------------------------ dispatch on na
+
+#define K3_DISPATCH_NA(fn)                                                                     \
+  [](const MatrixView& w, size_t u, const ActView& a, size_t a0, size_t na, float* y,         \
+     size_t ldy) {                                                                            \
+    switch (na) {                                                                             \
+      case 1: fn<1>(w, u, a, a0, y, ldy); break;                                              \
+      case 2: fn<2>(w, u, a, a0, y, ldy); break;                                              \
+      case 3: fn<3>(w, u, a, a0, y, ldy); break;                                              \
+      default: fn<4>(w, u, a, a0, y, ldy); break;                                             \
+    }                                                                                         \
+  }
+
+template <int NA> K3_AVX2 void f32_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_float_n<Type::kF32, NA>(w, u, a, a0, y, l); }
+template <int NA> K3_AVX2 void f16_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_float_n<Type::kF16, NA>(w, u, a, a0, y, l); }
+template <int NA> K3_AVX2 void bf16_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_float_n<Type::kBF16, NA>(w, u, a, a0, y, l); }
+template <int NA> K3_AVX2 void q8_0_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_q8_n<Q8_0W, NA>(w, u, a, a0, y, l); }
+template <int NA> K3_AVX2 void q4_0_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_q8_n<Q4_0W, NA>(w, u, a, a0, y, l); }
+template <int NA> K3_AVX2 void mxfp4_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_q8_n<Mxfp4W, NA>(w, u, a, a0, y, l); }
+template <int NA> K3_AVX2 void mxfp4p_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_q8_n<Mxfp4PackedW, NA>(w, u, a, a0, y, l); }
+
+KernelTable make_table() {
+  KernelTable t;
+  auto set = [&t](Type type, RowKernel k) { t.row[static_cast<size_t>(type)] = k; };
+  set(Type::kF32, K3_DISPATCH_NA(f32_n));
+  set(Type::kF16, K3_DISPATCH_NA(f16_n));
+  set(Type::kBF16, K3_DISPATCH_NA(bf16_n));
+  set(Type::kQ8_0, K3_DISPATCH_NA(q8_0_n));
+  set(Type::kQ4_0, K3_DISPATCH_NA(q4_0_n));
+  set(Type::kMXFP4, K3_DISPATCH_NA(mxfp4_n));
+  set(Type::kMXFP4Packed, K3_DISPATCH_NA(mxfp4p_n));
+  set(Type::kModelSlimInt8, K3_DISPATCH_NA(row_ms_int8_n));
+  set(Type::kModelSlimInt4, K3_DISPATCH_NA(row_ms_int4_n));
+  set(Type::kQ2_K, K3_DISPATCH_NA(row_q2_k_n));
+  set(Type::kQ3_K, K3_DISPATCH_NA(row_q3_k_n));
+  return t;
+}
+
+}  // namespace
+
+const KernelTable& avx2_kernels() {
+  static const KernelTable table = make_table();
+  return table;
+}
+
+}  // namespace k3::quant::detail
+
+#else  // not x86-64: no AVX2 kernels, the scalar table is used.
+
+namespace k3::quant::detail {
+const KernelTable& avx2_kernels() {
+  static const KernelTable table{};
+  return table;
+}
+}  // namespace k3::quant::detail
+
+#endif

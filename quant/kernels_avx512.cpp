@@ -1,0 +1,873 @@
+// AVX-512 (F, BW, VL, DQ, VNNI) kernels. As in kernels_avx2.cpp, the ISA is enabled per
+// function with a target attribute, never for the whole file.
+//
+// Integer formats decode two 32-weight blocks into one zmm of unsigned bytes (weight + C) and
+// multiply with vpdpbusd against the int8 activations (64 bytes of a row, blocks b and b+1).
+// Lanes 0-7 of the int32 result belong to block b, lanes 8-15 to block b+1, so the offset C
+// is removed per lane with the activation block sums (C/8 * isum per lane), and the float
+// scales are applied as a [s_b x8, s_b+1 x8] vector.
+#include <cstdint>
+#include <cstring>
+
+#include "quant/fp.h"
+#include "quant/kernel_table.h"
+#include "quant/reference.h"
+
+#if defined(__x86_64__)
+// GCC 12's AVX-512 headers pass _mm512_undefined_*() as the merge source of several intrinsics
+// (permutexvar, cvtepi32_ps, inserti64x4, ...) and then warn about it once inlined (GCC PR
+// 105593, fixed in GCC 13). The values are never read.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <vector>
+
+#define K3_TARGET_512 "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"
+#define K3_512 __attribute__((target(K3_TARGET_512)))
+#define K3_512_INLINE __attribute__((target(K3_TARGET_512), always_inline)) inline
+
+namespace k3::quant::detail {
+namespace {
+
+using std::size_t;
+using std::uint8_t;
+
+inline constexpr size_t kPrefetchBytes = 4096;  // see kernels_avx2.cpp
+
+
+K3_512_INLINE void prefetch(const void* p) {
+  _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T1);
+}
+
+K3_512_INLINE __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+K3_512_INLINE __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+K3_512_INLINE __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+K3_512_INLINE __m128i load64(const void* p) { return _mm_loadl_epi64(static_cast<const __m128i*>(p)); }
+
+K3_512_INLINE float hsum256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// [v0 x8, v1 x8] from the two low lanes of an xmm.
+K3_512_INLINE __m512i pair_index() { return _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0); }
+K3_512_INLINE __m512 spread2(__m128 v) { return _mm512_permutexvar_ps(pair_index(), _mm512_castps128_ps512(v)); }
+K3_512_INLINE __m512i spread2i(__m128i v) { return _mm512_permutexvar_epi32(pair_index(), _mm512_castsi128_si512(v)); }
+
+// Two f16 scales at p and p + stride -> [d0, d1, ...].
+K3_512_INLINE __m128 half2(const uint8_t* p, size_t stride) {
+  const std::uint32_t bits = load_u16(p) | (static_cast<std::uint32_t>(load_u16(p + stride)) << 16);
+  return _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(bits)));
+}
+
+// Four f16 scales at p + k * stride -> [d0, d1, d2, d3]: one conversion for four blocks.
+K3_512_INLINE __m128 half4(const uint8_t* p, size_t stride) {
+  const std::uint64_t bits = static_cast<std::uint64_t>(load_u16(p)) |
+                             (static_cast<std::uint64_t>(load_u16(p + stride)) << 16) |
+                             (static_cast<std::uint64_t>(load_u16(p + 2 * stride)) << 32) |
+                             (static_cast<std::uint64_t>(load_u16(p + 3 * stride)) << 48);
+  return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(bits)));
+}
+
+constexpr std::array<float, 256> make_e8m0_table() {
+  std::array<float, 256> t{};
+  for (int e = 0; e < 256; ++e) {
+    const std::uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<std::uint32_t>(e) - 1u) << 23;
+    t[e] = std::bit_cast<float>(bits);
+  }
+  return t;
+}
+constexpr std::array<float, 256> kE8m0Half = make_e8m0_table();  // == e8m0_half(e)
+
+K3_512_INLINE __m128 e8m0_2(uint8_t e0, uint8_t e1) {
+  return _mm_unpacklo_ps(_mm_set_ss(kE8m0Half[e0]), _mm_set_ss(kE8m0Half[e1]));
+}
+// 2^(e - 128) for four E8M0 bytes packed in a u32: vscalefps is exact, subnormals included.
+K3_512_INLINE __m128 e8m0_4(std::uint32_t packed) {
+  const __m128 e = _mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(static_cast<int>(packed))));
+  return _mm_scalef_ps(_mm_set1_ps(1.0f), _mm_sub_ps(e, _mm_set1_ps(128.0f)));
+}
+
+
+// Words of 128-bit lanes 1 and 3: the lanes that take the high nibbles.
+inline constexpr __mmask32 kOddLanes = 0xff00ff00u;
+
+// [A, A, B, B] -> [A lo, A hi, B lo, B hi] as 0..15 (a masked shift: vpsrlvw is two uops).
+K3_512_INLINE __m512i split_nibbles(__m512i aabb) {
+  return _mm512_and_si512(_mm512_mask_srli_epi16(aabb, kOddLanes, aabb, 4), _mm512_set1_epi8(0x0f));
+}
+
+// 16 nibble bytes of two blocks -> [A lo, A hi, B lo, B hi] as 0..15. Two broadcast loads and
+// a blend (ports 0/5) instead of an insert (port 5 only, the busiest port here).
+K3_512_INLINE __m512i nibbles2(const uint8_t* a, const uint8_t* b) {
+  const __m512i z = _mm512_mask_blend_epi64(0xf0, _mm512_broadcast_i32x4(load128(a)),
+                                            _mm512_broadcast_i32x4(load128(b)));
+  return split_nibbles(z);
+}
+K3_512_INLINE __m256i nibbles1(const uint8_t* a) {
+  const __m128i q = load128(a), m = _mm_set1_epi8(0x0f);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+}
+
+// E2M1 doubled values + 16 (4..28): C = 16.
+K3_512_INLINE __m128i mxfp4_table() {
+  return _mm_setr_epi8(16, 17, 18, 19, 20, 22, 24, 28, 16, 15, 14, 13, 12, 10, 8, 4);
+}
+
+// ------------------------------------------------------------------ fp32 activations
+
+template <Type T>
+K3_512_INLINE __m512 load_w16(const uint8_t* p) {
+  if constexpr (T == Type::kF32) {
+    return _mm512_loadu_ps(p);
+  } else if constexpr (T == Type::kF16) {
+    return _mm512_cvtph_ps(load256(p));
+  } else {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(load256(p)), 16));
+  }
+}
+template <Type T>
+K3_512_INLINE __m512 load_w16_masked(const uint8_t* p, __mmask16 m) {
+  if constexpr (T == Type::kF32) {
+    return _mm512_maskz_loadu_ps(m, p);
+  } else if constexpr (T == Type::kF16) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+  } else {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+  }
+}
+
+template <Type T, int NA>
+K3_512 void row_float_n(const MatrixView& w, size_t row, const ActView& a, size_t a0, float* y,
+                        size_t ldy) {
+  constexpr size_t kEs = T == Type::kF32 ? 4 : 2;
+  const uint8_t* p = block_row<1, kEs>(w, row);
+  const size_t n = w.cols;
+  const float* x[NA];
+  for (int i = 0; i < NA; ++i) x[i] = a.f32 + (a0 + i) * a.cols;
+  __m512 acc0[NA], acc1[NA];
+  for (int i = 0; i < NA; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  size_t k = 0;
+  for (; k + 32 <= n; k += 32) {
+    prefetch(p + kEs * k);
+    const __m512 w0 = load_w16<T>(p + kEs * k);
+    const __m512 w1 = load_w16<T>(p + kEs * (k + 16));
+    for (int i = 0; i < NA; ++i) {
+      acc0[i] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x[i] + k), acc0[i]);
+      acc1[i] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x[i] + k + 16), acc1[i]);
+    }
+  }
+  for (; k < n; k += 16) {
+    const size_t left = n - k;
+    const __mmask16 m = left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
+    const __m512 w0 = load_w16_masked<T>(p + kEs * k, m);
+    for (int i = 0; i < NA; ++i) acc0[i] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m, x[i] + k), acc0[i]);
+  }
+  for (int i = 0; i < NA; ++i) y[(a0 + i) * ldy + row] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i], acc1[i]));
+}
+
+// R weight rows x NA activation rows of fp32 work: R*NA accumulators, each weight vector
+// loaded once per NA activations and each activation vector once per R rows.
+template <Type T, int R, int NA>
+K3_512 void float_block(const MatrixView& w, size_t r0, const ActView& a, size_t a0, float* y,
+                        size_t ldy) {
+  constexpr size_t kEs = T == Type::kF32 ? 4 : 2;
+  const size_t n = w.cols;
+  const uint8_t* p[R];
+  const float* x[NA];
+  for (int r = 0; r < R; ++r) p[r] = block_row<1, kEs>(w, r0 + r);
+  for (int i = 0; i < NA; ++i) x[i] = a.f32 + (a0 + i) * a.cols;
+  __m512 acc[R][NA];
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i < NA; ++i) acc[r][i] = _mm512_setzero_ps();
+  }
+  size_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    __m512 wv[R];
+    for (int r = 0; r < R; ++r) {
+      prefetch(p[r] + kEs * k);
+      wv[r] = load_w16<T>(p[r] + kEs * k);
+    }
+    for (int i = 0; i < NA; ++i) {
+      const __m512 xv = _mm512_loadu_ps(x[i] + k);
+      for (int r = 0; r < R; ++r) acc[r][i] = _mm512_fmadd_ps(wv[r], xv, acc[r][i]);
+    }
+  }
+  if (k < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - k)) - 1u);
+    __m512 wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = load_w16_masked<T>(p[r] + kEs * k, m);
+    for (int i = 0; i < NA; ++i) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x[i] + k);
+      for (int r = 0; r < R; ++r) acc[r][i] = _mm512_fmadd_ps(wv[r], xv, acc[r][i]);
+    }
+  }
+  for (int i = 0; i < NA; ++i) {
+    for (int r = 0; r < R; ++r) y[(a0 + i) * ldy + r0 + r] = _mm512_reduce_add_ps(acc[r][i]);
+  }
+}
+
+// Rows in groups of 4 (then 1), activations in groups of 4 (then 1..3).
+template <Type T, int R>
+K3_512 void float_rows(const MatrixView& w, size_t r0, const ActView& a, float* y, size_t ldy) {
+  size_t a0 = 0;
+  for (; a0 + 4 <= a.rows; a0 += 4) float_block<T, R, 4>(w, r0, a, a0, y, ldy);
+  switch (a.rows - a0) {
+    case 1: float_block<T, R, 1>(w, r0, a, a0, y, ldy); break;
+    case 2: float_block<T, R, 2>(w, r0, a, a0, y, ldy); break;
+    case 3: float_block<T, R, 3>(w, r0, a, a0, y, ldy); break;
+    default: break;
+  }
+}
+
+template <Type T>
+K3_512 void float_tile(const MatrixView& w, size_t u0, size_t nu, const ActView& a, float* y,
+                       size_t ldy) {
+  size_t r = u0;
+  for (; r + 4 <= u0 + nu; r += 4) float_rows<T, 4>(w, r, a, y, ldy);
+  for (; r < u0 + nu; ++r) float_rows<T, 1>(w, r, a, y, ldy);
+}
+
+// ------------------------------------------------------------------ int8 blocks of 32
+
+// Decoders: unsigned weight bytes (weight + C, C = 8 << kShift) for blocks b, b+1 (decode2)
+// or b (decode1), in activation order, and the weight scales.
+struct Q8_0D {
+  static constexpr bool kGemv4 = true;
+  static float finish(const MatrixView&, size_t, const ActView&, size_t, float v) { return v; }
+  static constexpr int kShift = 4;  // xor 0x80: C = 128
+  const uint8_t* p;
+  Q8_0D(const MatrixView& w, size_t row) : p(block_row<32, 34>(w, row)) {}
+  const uint8_t* at(size_t b) const { return p + 34 * b; }
+  K3_512_INLINE void fetch(size_t b) const { prefetch(p + 34 * b); }
+  K3_512_INLINE __m512i decode2(size_t b) const {
+    const __m512i z = _mm512_mask_blend_epi64(0xf0, _mm512_broadcast_i64x4(load256(p + 34 * b + 2)),
+                                              _mm512_broadcast_i64x4(load256(p + 34 * b + 36)));
+    return _mm512_xor_si512(z, _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
+  K3_512_INLINE __m256i decode1(size_t b) const {
+    return _mm256_xor_si256(load256(p + 34 * b + 2), _mm256_set1_epi8(static_cast<char>(0x80)));
+  }
+  K3_512_INLINE __m128 scale2(size_t b) const { return half2(p + 34 * b, 34); }
+  K3_512_INLINE __m128 scale4(size_t b) const { return half4(p + 34 * b, 34); }
+  K3_512_INLINE float scale1(size_t b) const { return _cvtsh_ss(load_u16(p + 34 * b)); }
+};
+
+struct Q4_0D {
+  static constexpr bool kGemv4 = true;
+  static float finish(const MatrixView&, size_t, const ActView&, size_t, float v) { return v; }
+  static constexpr int kShift = 0;  // nibble = weight + 8
+  const uint8_t* p;
+  Q4_0D(const MatrixView& w, size_t row) : p(block_row<32, 18>(w, row)) {}
+  const uint8_t* at(size_t b) const { return p + 18 * b; }
+  K3_512_INLINE void fetch(size_t b) const { prefetch(p + 18 * b); }
+  K3_512_INLINE __m512i decode2(size_t b) const { return nibbles2(p + 18 * b + 2, p + 18 * b + 20); }
+  K3_512_INLINE __m256i decode1(size_t b) const { return nibbles1(p + 18 * b + 2); }
+  K3_512_INLINE __m128 scale2(size_t b) const { return half2(p + 18 * b, 18); }
+  K3_512_INLINE __m128 scale4(size_t b) const { return half4(p + 18 * b, 18); }
+  K3_512_INLINE float scale1(size_t b) const { return _cvtsh_ss(load_u16(p + 18 * b)); }
+};
+
+struct Mxfp4D {
+  static constexpr bool kGemv4 = true;
+  static float finish(const MatrixView&, size_t, const ActView&, size_t, float v) { return v; }
+  static constexpr int kShift = 1;  // table + 16
+  const uint8_t* p;
+  Mxfp4D(const MatrixView& w, size_t row) : p(block_row<32, 17>(w, row)) {}
+  const uint8_t* at(size_t b) const { return p + 17 * b; }
+  K3_512_INLINE void fetch(size_t b) const { prefetch(p + 17 * b); }
+  K3_512_INLINE __m512i decode2(size_t b) const {
+    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(mxfp4_table()), nibbles2(p + 17 * b + 1, p + 17 * b + 18));
+  }
+  K3_512_INLINE __m256i decode1(size_t b) const {
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(mxfp4_table()), nibbles1(p + 17 * b + 1));
+  }
+  K3_512_INLINE __m128 scale2(size_t b) const { return e8m0_2(p[17 * b], p[17 * b + 17]); }
+  K3_512_INLINE __m128 scale4(size_t b) const {
+    const uint8_t* e = p + 17 * b;
+    return e8m0_4(e[0] | (static_cast<std::uint32_t>(e[17]) << 8) | (static_cast<std::uint32_t>(e[34]) << 16) |
+                  (static_cast<std::uint32_t>(e[51]) << 24));
+  }
+  K3_512_INLINE float scale1(size_t b) const { return kE8m0Half[p[17 * b]]; }
+};
+
+// compressed-tensors: consecutive blocks are 32 contiguous bytes; scales in their own array.
+struct Mxfp4PackedD {
+  static constexpr bool kGemv4 = true;
+  static float finish(const MatrixView&, size_t, const ActView&, size_t, float v) { return v; }
+  static constexpr int kShift = 1;
+  const uint8_t* p;
+  const uint8_t* e;
+  Mxfp4PackedD(const MatrixView& w, size_t row)
+      : p(w.data.data() + row * (w.cols / 2)), e(w.e8m0.data() + row * (w.cols / 32)) {}
+  const uint8_t* at(size_t b) const { return p + 16 * b; }
+  K3_512_INLINE void fetch(size_t b) const { prefetch(p + 16 * b); }
+  K3_512_INLINE __m512i decode2(size_t b) const {
+    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(mxfp4_table()), nibbles2(p + 16 * b, p + 16 * b + 16));
+  }
+  K3_512_INLINE __m256i decode1(size_t b) const {
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(mxfp4_table()), nibbles1(p + 16 * b));
+  }
+  K3_512_INLINE __m128 scale2(size_t b) const { return e8m0_2(e[b], e[b + 1]); }
+  K3_512_INLINE __m128 scale4(size_t b) const {
+    std::uint32_t packed;
+    std::memcpy(&packed, e + b, sizeof packed);
+    return e8m0_4(packed);
+  }
+  K3_512_INLINE float scale1(size_t b) const { return kE8m0Half[e[b]]; }
+};
+
+// ModelSlim int8 for the GEMM tile: u = q + 128, no block scale, the row scale and offset term
+// applied at the end.
+struct MsInt8D {
+  static constexpr bool kGemv4 = false;  // its row kernel already streams at ~90% of read bandwidth
+  static constexpr int kShift = 4;
+  const uint8_t* p;
+  MsInt8D(const MatrixView& w, size_t row) : p(w.data.data() + row * w.cols) {}
+  K3_512_INLINE void fetch(size_t b) const { prefetch(p + 32 * b); }
+  K3_512_INLINE __m256i decode1(size_t b) const {
+    return _mm256_xor_si256(load256(p + 32 * b), _mm256_set1_epi8(static_cast<char>(0x80)));
+  }
+  K3_512_INLINE float scale1(size_t) const { return 1.0f; }
+  static float finish(const MatrixView& w, size_t row, const ActView& a, size_t act, float v) {
+    const float off = w.offset.empty() ? 0.0f : w.offset[row];
+    return w.scale[row] * (v - off * a.row_xsum[act]);
+  }
+};
+
+// Blocks b, b+1 for NA activation rows.
+template <class D, int NA>
+K3_512_INLINE void q8_pair(const D& dec, const ActView& a, size_t a0, size_t b, __m512* acc) {
+  dec.fetch(b);
+  const __m512i u = dec.decode2(b);
+  const __m128 dw = dec.scale2(b);
+  for (int i = 0; i < NA; ++i) {
+    const size_t ab = (a0 + i) * a.blocks + b;
+    __m512i corr = spread2i(load64(a.isum + ab));
+    if constexpr (D::kShift != 0) corr = _mm512_slli_epi32(corr, D::kShift);
+    const __m512i s = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, load512(a.qs + 32 * ab)), corr);
+    const __m128 dx = _mm_castsi128_ps(load64(a.d + ab));
+    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), spread2(_mm_mul_ps(dw, dx)), acc[i]);
+  }
+}
+
+template <class D, int NA>
+K3_512_INLINE void q8_single(const D& dec, const ActView& a, size_t a0, size_t b, __m256* acc) {
+  const __m256i u = dec.decode1(b);
+  const float dw = dec.scale1(b);
+  for (int i = 0; i < NA; ++i) {
+    const size_t ab = (a0 + i) * a.blocks + b;
+    const __m256i corr = _mm256_slli_epi32(_mm256_set1_epi32(a.isum[ab]), D::kShift);
+    const __m256i s = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, load256(a.qs + 32 * ab)), corr);
+    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * a.d[ab]), acc[i]);
+  }
+}
+
+// Blocks b .. b+3: one scale conversion and two spreads for four blocks. The offset C of the
+// unsigned weights is removed in float: C * sum_b dw_b (dx_b isum_b) goes to a 4-lane `corr`.
+template <class D, int NA>
+K3_512_INLINE void q8_quad(const D& dec, const ActView& a, size_t a0, size_t b, __m512* acc0,
+                           __m512* acc1, __m128* corr) {
+  dec.fetch(b);
+  dec.fetch(b + 2);
+  const __m512i u0 = dec.decode2(b);
+  const __m512i u1 = dec.decode2(b + 2);
+  const __m128 dw = dec.scale4(b);
+  const __m512i lo_idx = pair_index();
+  const __m512i hi_idx = _mm512_add_epi32(lo_idx, _mm512_set1_epi32(2));
+  for (int i = 0; i < NA; ++i) {
+    const size_t ab = (a0 + i) * a.blocks + b;
+    const __m128 sc = _mm_mul_ps(dw, _mm_loadu_ps(a.d + ab));
+    const __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u0, load512(a.qs + 32 * ab));
+    const __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u1, load512(a.qs + 32 * ab + 64));
+    acc0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_permutexvar_ps(lo_idx, _mm512_castps128_ps512(sc)), acc0[i]);
+    acc1[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_permutexvar_ps(hi_idx, _mm512_castps128_ps512(sc)), acc1[i]);
+    corr[i] = _mm_fmadd_ps(dw, _mm_loadu_ps(a.dsum + ab), corr[i]);
+  }
+}
+
+template <class D, int NA>
+K3_512 void row_q8_n(const MatrixView& w, size_t row, const ActView& a, size_t a0, float* y,
+                     size_t ldy) {
+  const D dec(w, row);
+  const size_t nb = a.blocks;
+  __m512 acc0[NA], acc1[NA];
+  __m256 tail[NA];
+  __m128 corr[NA];
+  for (int i = 0; i < NA; ++i) {
+    acc0[i] = acc1[i] = _mm512_setzero_ps();
+    tail[i] = _mm256_setzero_ps();
+    corr[i] = _mm_setzero_ps();
+  }
+  size_t b = 0;
+  for (; b + 4 <= nb; b += 4) q8_quad<D, NA>(dec, a, a0, b, acc0, acc1, corr);
+  if (b + 2 <= nb) {
+    q8_pair<D, NA>(dec, a, a0, b, acc0);
+    b += 2;
+  }
+  if (b < nb) q8_single<D, NA>(dec, a, a0, b, tail);
+  constexpr float kOffset = static_cast<float>(8 << D::kShift);
+  for (int i = 0; i < NA; ++i) {
+    __m128 c = _mm_add_ps(corr[i], _mm_movehl_ps(corr[i], corr[i]));
+    c = _mm_add_ss(c, _mm_movehdup_ps(c));
+    y[(a0 + i) * ldy + row] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i], acc1[i])) + hsum256(tail[i]) -
+                              kOffset * _mm_cvtss_f32(c);
+  }
+}
+
+// ---------------------------------------------------------------- GEMM tile (>= 12 activations)
+
+// R weight rows x 16 activation rows (one group of the interleaved copy): int32 lane l of the
+// vpdpbusd result is activation row 16g + l, so the 32-element block dot needs no horizontal
+// sum. Weight bytes come pre-decoded (u, one row after the other) with their block scales.
+template <class D, int R>
+K3_512_INLINE void q8_tile_rows(const MatrixView& w, size_t row0, const uint8_t* u, const float* sc,
+                                const ActView& a, size_t g, float* y, size_t ldy) {
+  const size_t nb = a.blocks, cols = w.cols;
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    const size_t gb = g * nb + b;
+    const std::int8_t* xq = a.qs16 + gb * 512;
+    const __m512i init = _mm512_slli_epi32(_mm512_loadu_si512(a.nisum16 + gb * 16), 3 + D::kShift);
+    __m512i s[R];
+    for (int r = 0; r < R; ++r) s[r] = init;
+    for (int j = 0; j < 8; ++j) {
+      const __m512i x = load512(xq + 64 * j);
+      for (int r = 0; r < R; ++r) {
+        std::int32_t quad;
+        std::memcpy(&quad, u + r * cols + 32 * b + 4 * j, sizeof quad);
+        s[r] = _mm512_dpbusd_epi32(s[r], _mm512_set1_epi32(quad), x);
+      }
+    }
+    const __m512 dx = _mm512_loadu_ps(a.d16 + gb * 16);
+    for (int r = 0; r < R; ++r) {
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r]), _mm512_mul_ps(dx, _mm512_set1_ps(sc[r * nb + b])), acc[r]);
+    }
+  }
+  const size_t lanes = std::min<size_t>(16, a.rows - 16 * g);
+  for (int r = 0; r < R; ++r) {
+    alignas(64) float out[16];
+    _mm512_store_ps(out, acc[r]);
+    for (size_t l = 0; l < lanes; ++l) {
+      y[(16 * g + l) * ldy + row0 + r] = D::finish(w, row0 + r, a, 16 * g + l, out[l]);
+    }
+  }
+}
+
+// GEMV over 4 rows at once: activation loads shared, four independent FMA chains, and one
+// reduction pass for the four results (the per-row epilogue was ~12% of a 3584-wide Q4_0 row).
+K3_512_INLINE float hsum128(__m128 v) {
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
+}
+
+template <class D>
+K3_512 void q8_gemv4(const MatrixView& w, size_t r0, const ActView& a, float* y) {
+  const size_t nb = a.blocks;
+  const D dec[4] = {D(w, r0), D(w, r0 + 1), D(w, r0 + 2), D(w, r0 + 3)};
+  const __m512i lo_idx = pair_index();
+  const __m512i hi_idx = _mm512_add_epi32(lo_idx, _mm512_set1_epi32(2));
+  // The four rows are adjacent in memory: prefetch the same position eight rows ahead (two
+  // groups on), at least kPrefetchBytes away. A fixed 4 KiB distance lands inside this group
+  // (measured: Q4_0 GEMV fell from ~80% to ~58% of read bandwidth).
+  const size_t ahead = std::max<size_t>(8 * static_cast<size_t>(dec[1].at(0) - dec[0].at(0)), kPrefetchBytes);
+  __m512 acc0[4], acc1[4];
+  __m128 corr[4];
+  for (int r = 0; r < 4; ++r) {
+    acc0[r] = acc1[r] = _mm512_setzero_ps();
+    corr[r] = _mm_setzero_ps();
+  }
+  size_t b = 0;
+  for (; b + 4 <= nb; b += 4) {
+    const __m512i x0 = load512(a.qs + 32 * b);
+    const __m512i x1 = load512(a.qs + 32 * b + 64);
+    const __m128 dx = _mm_loadu_ps(a.d + b);
+    const __m128 ds = _mm_loadu_ps(a.dsum + b);
+    for (int r = 0; r < 4; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(dec[r].at(b)) + ahead, _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(dec[r].at(b + 2)) + ahead, _MM_HINT_T1);
+      const __m128 dw = dec[r].scale4(b);
+      const __m128 sc = _mm_mul_ps(dw, dx);
+      const __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), dec[r].decode2(b), x0);
+      const __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), dec[r].decode2(b + 2), x1);
+      acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_permutexvar_ps(lo_idx, _mm512_castps128_ps512(sc)), acc0[r]);
+      acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_permutexvar_ps(hi_idx, _mm512_castps128_ps512(sc)), acc1[r]);
+      corr[r] = _mm_fmadd_ps(dw, ds, corr[r]);
+    }
+  }
+  float tail[4] = {};
+  for (int r = 0; r < 4; ++r) {
+    size_t t = b;
+    if (t + 2 <= nb) {
+      q8_pair<D, 1>(dec[r], a, 0, t, &acc0[r]);
+      t += 2;
+    }
+    if (t < nb) {
+      __m256 single = _mm256_setzero_ps();
+      q8_single<D, 1>(dec[r], a, 0, t, &single);
+      tail[r] = hsum256(single);
+    }
+  }
+  constexpr float kOffset = static_cast<float>(8 << D::kShift);
+  for (int r = 0; r < 4; ++r) {
+    const float v = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r])) + tail[r] - kOffset * hsum128(corr[r]);
+    y[r0 + r] = D::finish(w, r0 + r, a, 0, v);
+  }
+}
+
+template <class D>
+K3_512 void q8_tile(const MatrixView& w, size_t u0, size_t nu, const ActView& a, float* y,
+                    size_t ldy) {
+  if (a.qs16 == nullptr) {  // small batch: no interleaved copy
+    size_t r = u0;
+    if constexpr (D::kGemv4) {
+      if (a.rows == 1) {
+        for (; r + 4 <= u0 + nu; r += 4) q8_gemv4<D>(w, r, a, y);
+      }
+    }
+    const RowKernel row = avx512_kernels().row[static_cast<size_t>(w.type)];
+    for (; r < u0 + nu; ++r) {
+      for (size_t a0 = 0; a0 < a.rows; a0 += kMaxActs) row(w, r, a, a0, std::min(kMaxActs, a.rows - a0), y, ldy);
+    }
+    return;
+  }
+  const size_t nb = a.blocks, cols = w.cols;
+  std::vector<uint8_t> u(nu * cols);
+  std::vector<float> sc(nu * nb);
+  for (size_t r = 0; r < nu; ++r) {  // decode the tile once, reuse it for every group
+    const D dec(w, u0 + r);
+    for (size_t b = 0; b < nb; ++b) {
+      dec.fetch(b);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(u.data() + r * cols + 32 * b), dec.decode1(b));
+      sc[r * nb + b] = dec.scale1(b);
+    }
+  }
+  for (size_t g = 0; g < a.groups16; ++g) {
+    size_t r = 0;
+    for (; r + 4 <= nu; r += 4) q8_tile_rows<D, 4>(w, u0 + r, u.data() + r * cols, sc.data() + r * nb, a, g, y, ldy);
+    for (; r < nu; ++r) q8_tile_rows<D, 1>(w, u0 + r, u.data() + r * cols, sc.data() + r * nb, a, g, y, ldy);
+  }
+}
+
+// ModelSlim int8: y = scale * (sum_b dx_b ((q + 128) . qx - 128 isum)_b - offset * sum(x)).
+// The 128 * isum correction stays in integers (vpdpbusd starts from -16 isum per lane): with
+// per-channel scales most codes are small, and a float correction would cancel badly.
+template <int NA>
+K3_512 void row_ms_int8_n(const MatrixView& w, size_t row, const ActView& a, size_t a0, float* y,
+                          size_t ldy) {
+  const uint8_t* p = w.data.data() + row * w.cols;
+  const size_t nb = a.blocks;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i lo_idx = pair_index();
+  const __m512i hi_idx = _mm512_add_epi32(lo_idx, _mm512_set1_epi32(2));
+  __m512 acc0[NA], acc1[NA];
+  __m256 tail[NA];
+  for (int i = 0; i < NA; ++i) {
+    acc0[i] = acc1[i] = _mm512_setzero_ps();
+    tail[i] = _mm256_setzero_ps();
+  }
+  size_t b = 0;
+  for (; b + 4 <= nb; b += 4) {
+    prefetch(p + 32 * b);
+    prefetch(p + 32 * b + 64);
+    const __m512i u0 = _mm512_xor_si512(load512(p + 32 * b), flip);
+    const __m512i u1 = _mm512_xor_si512(load512(p + 32 * b + 64), flip);
+    for (int i = 0; i < NA; ++i) {
+      const size_t ab = (a0 + i) * nb + b;
+      const __m512 dx = _mm512_castps128_ps512(_mm_loadu_ps(a.d + ab));
+      const __m512i n = _mm512_castsi128_si512(load128(a.nisum + ab));
+      const __m512i n0 = _mm512_slli_epi32(_mm512_permutexvar_epi32(lo_idx, n), 4);
+      const __m512i n1 = _mm512_slli_epi32(_mm512_permutexvar_epi32(hi_idx, n), 4);
+      const __m512i s0 = _mm512_dpbusd_epi32(n0, u0, load512(a.qs + 32 * ab));
+      const __m512i s1 = _mm512_dpbusd_epi32(n1, u1, load512(a.qs + 32 * ab + 64));
+      acc0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_permutexvar_ps(lo_idx, dx), acc0[i]);
+      acc1[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_permutexvar_ps(hi_idx, dx), acc1[i]);
+    }
+  }
+  for (; b < nb; ++b) {
+    const __m256i u = _mm256_xor_si256(load256(p + 32 * b), _mm256_set1_epi8(static_cast<char>(0x80)));
+    for (int i = 0; i < NA; ++i) {
+      const size_t ab = (a0 + i) * nb + b;
+      const __m256i s = _mm256_dpbusd_epi32(_mm256_set1_epi32(16 * a.nisum[ab]), u, load256(a.qs + 32 * ab));
+      tail[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a.d[ab]), tail[i]);
+    }
+  }
+  const float off = w.offset.empty() ? 0.0f : w.offset[row];
+  for (int i = 0; i < NA; ++i) {
+    const size_t ar = a0 + i;
+    const float dotu = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i], acc1[i])) + hsum256(tail[i]);
+    y[ar * ldy + row] = w.scale[row] * (dotu - off * a.row_xsum[ar]);
+  }
+}
+
+// ModelSlim int4 (version 1.0.0): packed row `unit` gives rows 2u (low nibbles) and 2u+1
+// (high nibbles), both in natural column order. Codes are used as u = weight + 8 and vpdpbusd
+// starts from -isum per lane, so the integer dot is exact. Per group g:
+// out += scale2_g * (dot - off2_g * sum_g(x)).
+template <int NA>
+K3_512 void row_ms_int4_n(const MatrixView& w, size_t unit, const ActView& a, size_t a0, float* y,
+                          size_t ldy) {
+  const uint8_t* p = w.data.data() + unit * w.cols;
+  const size_t nb = a.blocks;
+  const size_t bpg = w.group_size == 0 ? nb : w.group_size / 32;
+  const size_t groups = nb / bpg;
+  const size_t r0 = 2 * unit, r1 = 2 * unit + 1;
+  const __m512i m = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
+  const __m512i idx = pair_index();
+  __m512 out0[NA], out1[NA];
+  float fix0[NA] = {}, fix1[NA] = {};  // the offset terms
+  for (int i = 0; i < NA; ++i) out0[i] = out1[i] = _mm512_setzero_ps();
+  for (size_t g = 0; g < groups; ++g) {
+    __m512 g0[NA], g1[NA];
+    float xs[NA] = {};
+    for (int i = 0; i < NA; ++i) g0[i] = g1[i] = _mm512_setzero_ps();
+    const size_t bend = (g + 1) * bpg;
+    size_t b = g * bpg;
+    for (; b + 2 <= bend; b += 2) {
+      prefetch(p + 32 * b);
+      const __m512i v = load512(p + 32 * b);
+      const __m512i lo = _mm512_xor_si512(_mm512_and_si512(v, m), eight);
+      const __m512i hi = _mm512_xor_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m), eight);
+      for (int i = 0; i < NA; ++i) {
+        const size_t ab = (a0 + i) * nb + b;
+        const __m512i x = load512(a.qs + 32 * ab);
+        const __m512 dx = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castsi128_ps(load64(a.d + ab))));
+        const __m512i n = _mm512_permutexvar_epi32(idx, _mm512_castsi128_si512(load64(a.nisum + ab)));
+        g0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(n, lo, x)), dx, g0[i]);
+        g1[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(n, hi, x)), dx, g1[i]);
+        xs[i] += a.xsum[ab] + a.xsum[ab + 1];
+      }
+    }
+    if (b < bend) {  // odd number of blocks in the group: one 32-block in the low half
+      const __m512i v = _mm512_zextsi256_si512(load256(p + 32 * b));
+      const __m512i lo = _mm512_xor_si512(_mm512_and_si512(v, m), eight);
+      const __m512i hi = _mm512_xor_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m), eight);
+      for (int i = 0; i < NA; ++i) {
+        const size_t ab = (a0 + i) * nb + b;
+        const __m512i x = _mm512_zextsi256_si512(load256(a.qs + 32 * ab));  // upper lanes: dot 0
+        const __m512 dx = _mm512_set1_ps(a.d[ab]);
+        const __m512i n = _mm512_maskz_set1_epi32(0x00ff, a.nisum[ab]);     // and no correction
+        g0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(n, lo, x)), dx, g0[i]);
+        g1[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(n, hi, x)), dx, g1[i]);
+        xs[i] += a.xsum[ab];
+      }
+    }
+    for (int i = 0; i < NA; ++i) {
+      if (w.group_size == 0) {
+        out0[i] = _mm512_add_ps(out0[i], g0[i]);
+        out1[i] = _mm512_add_ps(out1[i], g1[i]);
+        fix0[i] -= (w.offset.empty() ? 0.0f : w.offset[r0]) * xs[i];
+        fix1[i] -= (w.offset.empty() ? 0.0f : w.offset[r1]) * xs[i];
+      } else {
+        const size_t i0 = r0 * groups + g, i1 = r1 * groups + g;
+        const float s0 = w.group_scale[i0], s1 = w.group_scale[i1];
+        out0[i] = _mm512_fmadd_ps(g0[i], _mm512_set1_ps(s0), out0[i]);
+        out1[i] = _mm512_fmadd_ps(g1[i], _mm512_set1_ps(s1), out1[i]);
+        fix0[i] -= s0 * (w.group_offset.empty() ? 0.0f : w.group_offset[i0]) * xs[i];
+        fix1[i] -= s1 * (w.group_offset.empty() ? 0.0f : w.group_offset[i1]) * xs[i];
+      }
+    }
+  }
+  for (int i = 0; i < NA; ++i) {
+    y[(a0 + i) * ldy + r0] = w.scale[r0] * (_mm512_reduce_add_ps(out0[i]) + fix0[i]);
+    y[(a0 + i) * ldy + r1] = w.scale[r1] * (_mm512_reduce_add_ps(out1[i]) + fix1[i]);
+  }
+}
+
+// ------------------------------------------------------------------ K-quants x Q8_K
+
+// The 16 signed 6-bit Q3_K scales (minus 32) from their 12 packed bytes: low nibbles are
+// p[j] & 15 (j < 8) and p[j-8] >> 4 (j >= 8); the top two bits of scale j sit in
+// p[8 + j % 4] at bit 2 * (j / 4).
+K3_512_INLINE __m128i q3_k_scales(const uint8_t* p) {
+  std::uint64_t lo;
+  std::uint32_t hi;
+  std::memcpy(&lo, p, sizeof lo);
+  std::memcpy(&hi, p + 8, sizeof hi);
+  const __m128i v = _mm_cvtsi64_si128(static_cast<long long>(lo));
+  const __m128i m4 = _mm_set1_epi8(0x0f);
+  const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+  const __m128i top = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(hi)), _mm_setr_epi32(0, 2, 4, 6)),
+                                    _mm_set1_epi8(3));
+  return _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(top, 4)), _mm_set1_epi8(32));
+}
+
+// Word indices that spread 4 consecutive sub-block scales j0..j0+3 over the four 128-bit
+// lanes of a zmm (8 words each).
+K3_512_INLINE __m512i scale_index(short j0) {
+  const short a = j0, b = static_cast<short>(j0 + 1), c = static_cast<short>(j0 + 2), d = static_cast<short>(j0 + 3);
+  return _mm512_set_epi16(d, d, d, d, d, d, d, d, c, c, c, c, c, c, c, c,
+                          b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
+}
+
+// One 256-block: 64 elements per step (chunks c, c+1 of 32 elements, c = 4h + s, s in {0, 2}).
+// Q2_K: u = code (0..3); Q3_K: u = code + 4 * high bit (0..7). Returns the int32 lanes of
+// sum_j sc_j (u . qx)_j for every activation row.
+template <bool kQ3, int NA>
+K3_512_INLINE void kquant_block(const uint8_t* qs, __m256i hmask, __m512i sc16, const ActView& a,
+                                size_t a0, size_t b, __m512i* sum) {
+  const __m512i m3 = _mm512_set1_epi8(3);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i q32 = load256(qs + 32 * h);
+    const __m512i z02 = _mm512_inserti64x4(_mm512_castsi256_si512(q32), _mm256_srli_epi16(q32, 2), 1);
+    const __m512i z46 = _mm512_srli_epi16(z02, 4);
+    for (int s = 0; s < 4; s += 2) {
+      const int c = 4 * h + s;
+      __m512i u = _mm512_and_si512(s == 0 ? z02 : z46, m3);  // chunks c (low half), c+1 (high)
+      if constexpr (kQ3) {
+        const __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << c)),
+                                                _mm256_set1_epi8(static_cast<char>(1 << (c + 1))), 1);
+        const __mmask64 high = _mm512_test_epi8_mask(_mm512_broadcast_i64x4(hmask), bits);
+        u = _mm512_mask_add_epi8(u, high, u, _mm512_set1_epi8(4));
+      }
+      const __m512i sc = _mm512_permutexvar_epi16(scale_index(static_cast<short>(2 * c)), sc16);
+      for (int i = 0; i < NA; ++i) {
+        const size_t ab = (a0 + i) * a.blocks + b;
+        const __m512i p16 = _mm512_maddubs_epi16(u, load512(a.qs + 256 * ab + 32 * c));
+        sum[i] = _mm512_dpwssd_epi32(sum[i], p16, sc);
+      }
+    }
+  }
+}
+
+template <int NA>
+K3_512 void row_q2_k_n(const MatrixView& w, size_t row, const ActView& a, size_t a0, float* y,
+                       size_t ldy) {
+  const uint8_t* p = block_row<256, 84>(w, row);
+  const size_t nb = a.blocks;
+  __m512 acc[NA];
+  __m256 accm[NA];
+  for (int i = 0; i < NA; ++i) {
+    acc[i] = _mm512_setzero_ps();
+    accm[i] = _mm256_setzero_ps();
+  }
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = p + 84 * b;
+    prefetch(blk);
+    prefetch(blk + 64);
+    const __m128i sc8 = load128(blk + layout::kQ2KScales);
+    const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sc8, _mm_set1_epi8(0x0f))));
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0f)));
+    const float d = _cvtsh_ss(load_u16(blk + layout::kQ2KD));
+    const float dmin = _cvtsh_ss(load_u16(blk + layout::kQ2KDmin));
+    __m512i sum[NA];
+    for (int i = 0; i < NA; ++i) sum[i] = _mm512_setzero_si512();
+    kquant_block<false, NA>(blk + layout::kQ2KQs, _mm256_setzero_si256(), sc16, a, a0, b, sum);
+    for (int i = 0; i < NA; ++i) {
+      const size_t ab = (a0 + i) * nb + b;
+      const float dx = a.d[ab];
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[i]), _mm512_set1_ps(d * dx), acc[i]);
+      const __m256i msum = _mm256_madd_epi16(mins, load256(a.bsums + 16 * ab));
+      accm[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * dx), accm[i]);
+    }
+  }
+  for (int i = 0; i < NA; ++i) y[(a0 + i) * ldy + row] = _mm512_reduce_add_ps(acc[i]) - hsum256(accm[i]);
+}
+
+template <int NA>
+K3_512 void row_q3_k_n(const MatrixView& w, size_t row, const ActView& a, size_t a0, float* y,
+                       size_t ldy) {
+  const uint8_t* p = block_row<256, 110>(w, row);
+  const size_t nb = a.blocks;
+  __m512 acc[NA];
+  __m256 accc[NA];
+  for (int i = 0; i < NA; ++i) {
+    acc[i] = _mm512_setzero_ps();
+    accc[i] = _mm256_setzero_ps();
+  }
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = p + 110 * b;
+    prefetch(blk);
+    prefetch(blk + 64);
+    const __m256i sc16y = _mm256_cvtepi8_epi16(q3_k_scales(blk + layout::kQ3KScales));
+    const float d = _cvtsh_ss(load_u16(blk + layout::kQ3KD));
+    __m512i sum[NA];
+    for (int i = 0; i < NA; ++i) sum[i] = _mm512_setzero_si512();
+    kquant_block<true, NA>(blk + layout::kQ3KQs, load256(blk + layout::kQ3KHmask),
+                           _mm512_castsi256_si512(sc16y), a, a0, b, sum);
+    for (int i = 0; i < NA; ++i) {
+      const size_t ab = (a0 + i) * nb + b;
+      const float ddx = d * a.d[ab];
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[i]), _mm512_set1_ps(ddx), acc[i]);
+      // u = weight + 4: the correction 4 * sum_j sc_j bsum_j.
+      const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(sc16y, load256(a.bsums + 16 * ab)), 2);
+      accc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_set1_ps(ddx), accc[i]);
+    }
+  }
+  for (int i = 0; i < NA; ++i) y[(a0 + i) * ldy + row] = _mm512_reduce_add_ps(acc[i]) - hsum256(accc[i]);
+}
+
+// ------------------------------------------------------------------ dispatch on na
+
+#define K3_DISPATCH_NA(fn)                                                                     \
+  [](const MatrixView& w, size_t u, const ActView& a, size_t a0, size_t na, float* y,         \
+     size_t ldy) {                                                                            \
+    switch (na) {                                                                             \
+      case 1: fn<1>(w, u, a, a0, y, ldy); break;                                              \
+      case 2: fn<2>(w, u, a, a0, y, ldy); break;                                              \
+      case 3: fn<3>(w, u, a, a0, y, ldy); break;                                              \
+      default: fn<4>(w, u, a, a0, y, ldy); break;                                             \
+    }                                                                                         \
+  }
+
+template <int NA> K3_512 void f32_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_float_n<Type::kF32, NA>(w, u, a, a0, y, l); }
+template <int NA> K3_512 void f16_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_float_n<Type::kF16, NA>(w, u, a, a0, y, l); }
+template <int NA> K3_512 void bf16_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_float_n<Type::kBF16, NA>(w, u, a, a0, y, l); }
+template <int NA> K3_512 void q8_0_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_q8_n<Q8_0D, NA>(w, u, a, a0, y, l); }
+template <int NA> K3_512 void q4_0_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_q8_n<Q4_0D, NA>(w, u, a, a0, y, l); }
+template <int NA> K3_512 void mxfp4_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_q8_n<Mxfp4D, NA>(w, u, a, a0, y, l); }
+template <int NA> K3_512 void mxfp4p_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_q8_n<Mxfp4PackedD, NA>(w, u, a, a0, y, l); }
+
+KernelTable make_table() {
+  KernelTable t;
+  auto set = [&t](Type type, RowKernel k) { t.row[static_cast<size_t>(type)] = k; };
+  set(Type::kF32, K3_DISPATCH_NA(f32_n));
+  set(Type::kF16, K3_DISPATCH_NA(f16_n));
+  set(Type::kBF16, K3_DISPATCH_NA(bf16_n));
+  set(Type::kQ8_0, K3_DISPATCH_NA(q8_0_n));
+  set(Type::kQ4_0, K3_DISPATCH_NA(q4_0_n));
+  set(Type::kMXFP4, K3_DISPATCH_NA(mxfp4_n));
+  set(Type::kMXFP4Packed, K3_DISPATCH_NA(mxfp4p_n));
+  set(Type::kModelSlimInt8, K3_DISPATCH_NA(row_ms_int8_n));
+  set(Type::kModelSlimInt4, K3_DISPATCH_NA(row_ms_int4_n));
+  set(Type::kQ2_K, K3_DISPATCH_NA(row_q2_k_n));
+  set(Type::kQ3_K, K3_DISPATCH_NA(row_q3_k_n));
+  t.tile[static_cast<size_t>(Type::kF32)] = float_tile<Type::kF32>;
+  t.tile[static_cast<size_t>(Type::kF16)] = float_tile<Type::kF16>;
+  t.tile[static_cast<size_t>(Type::kBF16)] = float_tile<Type::kBF16>;
+  t.tile[static_cast<size_t>(Type::kQ8_0)] = q8_tile<Q8_0D>;
+  t.tile[static_cast<size_t>(Type::kQ4_0)] = q8_tile<Q4_0D>;
+  t.tile[static_cast<size_t>(Type::kMXFP4)] = q8_tile<Mxfp4D>;
+  t.tile[static_cast<size_t>(Type::kMXFP4Packed)] = q8_tile<Mxfp4PackedD>;
+  t.tile[static_cast<size_t>(Type::kModelSlimInt8)] = q8_tile<MsInt8D>;
+  return t;
+}
+
+}  // namespace
+
+const KernelTable& avx512_kernels() {
+  static const KernelTable table = make_table();
+  return table;
+}
+
+}  // namespace k3::quant::detail
+
+#else  // not x86-64
+
+namespace k3::quant::detail {
+const KernelTable& avx512_kernels() {
+  static const KernelTable table{};
+  return table;
+}
+}  // namespace k3::quant::detail
+
+#endif

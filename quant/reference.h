@@ -1,0 +1,50 @@
+// The scalar reference for every format: block layouts, row dequantizers and the reference
+// quantizers. Everything here is plain C++ with no SIMD; the kernels are tested against it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "quant/types.h"
+
+namespace k3::quant {
+
+// Byte offsets inside one ggml block (ggml/src/ggml-common.h). Fields are read with memcpy
+// (fp.h load_u16), never through a cast struct, so any alignment is fine.
+namespace layout {
+inline constexpr std::size_t kQ8_0D = 0, kQ8_0Qs = 2;                     // 34 B
+inline constexpr std::size_t kQ4_0D = 0, kQ4_0Qs = 2;                     // 18 B
+inline constexpr std::size_t kMxfp4E = 0, kMxfp4Qs = 1;                   // 17 B
+inline constexpr std::size_t kQ2KScales = 0, kQ2KQs = 16, kQ2KD = 80, kQ2KDmin = 82;  // 84 B
+inline constexpr std::size_t kQ3KHmask = 0, kQ3KQs = 32, kQ3KScales = 96, kQ3KD = 108;  // 110 B
+}  // namespace layout
+
+// The 16 signed 6-bit sub-block scales of a Q3_K block (already minus 32).
+void unpack_q3_k_scales(const std::uint8_t* packed12, std::int8_t out[16]);
+
+// Dequantizes n elements (n a multiple of the block size) of one row of a self-contained
+// block type: F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, MXFP4. Throws InternalError otherwise.
+void dequantize_row(Type type, const std::uint8_t* src, float* dst, std::size_t n);
+
+// compressed-tensors MXFP4: `packed` holds n/2 bytes, `e8m0` n/32 scale bytes.
+void dequantize_row_mxfp4_packed(const std::uint8_t* packed, const std::uint8_t* e8m0, float* dst,
+                                 std::size_t n);
+
+// Row `row` of any matrix, ModelSlim included; dst.size() == view.cols.
+void dequantize_row(const MatrixView& view, std::size_t row, std::span<float> dst);
+// The whole matrix, row-major; dst.size() == rows * cols. Validates the view first.
+void dequantize(const MatrixView& view, std::span<float> dst);
+
+// Reference quantizers for the self-contained block types (n a multiple of the block size):
+// Q8_0, Q4_0 and MXFP4 reproduce ggml's quantize_row_*_ref byte for byte; Q2_K and Q3_K
+// follow quantize_row_q2_K_ref / quantize_row_q3_K_ref operation by operation (see README).
+// F16/BF16 round to nearest even. Inputs may hold NaN/Inf: the output is then unspecified
+// but the call is well defined.
+void quantize_row(Type type, const float* src, std::uint8_t* dst, std::size_t n);
+
+// compressed-tensors MXFP4 with the same scale rule and rounding as ggml's MXFP4.
+void quantize_row_mxfp4_packed(const float* src, std::uint8_t* packed, std::uint8_t* e8m0,
+                               std::size_t n);
+
+}  // namespace k3::quant

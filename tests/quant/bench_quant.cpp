@@ -1,0 +1,237 @@
+// bench_quant: GEMV (batch 1) and GEMM (batch 16, 64) for every weight format, in weight bytes
+// per second, next to a plain read bandwidth measured on the very same buffers.
+//
+// Weights stream from memory as in real decoding: each benchmark rotates over enough copies of
+// the matrix to fill K3_BENCH_WORKING_SET_MB (default 1024 MiB; 0 = one copy, which may then be
+// cache resident). Single thread unless K3_BENCH_THREADS says otherwise. The ISA is the
+// detected one unless K3_QUANT_ISA lowers it.
+#include <benchmark/benchmark.h>
+#include <tbb/global_control.h>
+
+#include <algorithm>
+#include <ctime>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "quant/isa.h"
+#include "quant/kernels.h"
+#include "quant/quantize.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace {
+
+using k3::quant::QuantizedMatrix;
+using k3::quant::QuantizeOptions;
+using k3::quant::Type;
+
+std::size_t env_size(const char* name, std::size_t fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? static_cast<std::size_t>(std::strtoull(v, nullptr, 10)) : fallback;
+}
+
+struct Format {
+  Type type;
+  QuantizeOptions opt;
+  std::string label;
+};
+
+struct Shape {
+  std::size_t rows, cols;
+};
+
+// Copies of one weight matrix, rotated through so each call reads cold memory.
+struct Working {
+  std::vector<QuantizedMatrix> copies;
+  std::size_t bytes_per_copy = 0;
+  std::size_t total_bytes() const { return copies.size() * bytes_per_copy; }
+};
+
+std::size_t weight_bytes(const QuantizedMatrix& m) {
+  return m.data.size() + m.e8m0.size() +
+         sizeof(float) * (m.scale.size() + m.offset.size() + m.group_scale.size() + m.group_offset.size());
+}
+
+template <class T>
+std::vector<T> tile(const std::vector<T>& v, std::size_t times) {
+  std::vector<T> out;
+  out.reserve(v.size() * times);
+  for (std::size_t i = 0; i < times; ++i) out.insert(out.end(), v.begin(), v.end());
+  return out;
+}
+
+// Quantizes 64 distinct random rows and tiles them: the values do not change the speed and
+// quantizing 25M weights per format would dominate the run.
+QuantizedMatrix make_matrix(const Format& f, const Shape& s) {
+  constexpr std::size_t kUnique = 64;
+  std::mt19937_64 rng(42);
+  std::normal_distribution<float> g(0.0f, 0.02f);
+  std::vector<float> w(kUnique * s.cols);
+  for (auto& x : w) x = g(rng);
+  const QuantizedMatrix small = k3::quant::quantize(f.type, w, kUnique, s.cols, f.opt);
+  const std::size_t times = s.rows / kUnique;
+  QuantizedMatrix m = small;
+  m.rows = s.rows;
+  m.data = tile(small.data, times);
+  m.e8m0 = tile(small.e8m0, times);
+  m.scale = tile(small.scale, times);
+  m.offset = tile(small.offset, times);
+  m.group_scale = tile(small.group_scale, times);
+  m.group_offset = tile(small.group_offset, times);
+  return m;
+}
+
+// One format/shape at a time stays in memory (about the working-set size).
+Working& working_set(const Format& f, const Shape& s) {
+  static std::string key;
+  static Working current;
+  const std::string want = f.label + "/" + std::to_string(s.rows) + "x" + std::to_string(s.cols);
+  if (key != want) {
+    current = Working{};
+    const QuantizedMatrix m = make_matrix(f, s);
+    current.bytes_per_copy = weight_bytes(m);
+    const std::size_t min_bytes = env_size("K3_BENCH_WORKING_SET_MB", 1024) << 20;
+    const std::size_t n = std::max<std::size_t>(1, (min_bytes + current.bytes_per_copy - 1) / current.bytes_per_copy);
+    current.copies.assign(n, m);
+    key = want;
+  }
+  return current;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) std::uint64_t read_all_avx2(const std::uint8_t* p, std::size_t n) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  std::size_t i = 0;
+  for (; i + 128 <= n; i += 128) {
+    a0 = _mm256_add_epi64(a0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_add_epi64(a1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    a2 = _mm256_add_epi64(a2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    a3 = _mm256_add_epi64(a3, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  const __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+  std::uint64_t out[4];
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), s);
+  std::uint64_t r = out[0] + out[1] + out[2] + out[3];
+  for (; i < n; ++i) r += p[i];
+  return r;
+}
+#endif
+
+// Reads every byte of a buffer once: the plain read bandwidth these kernels compete with.
+std::uint64_t read_all(const std::uint8_t* p, std::size_t n) {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2")) return read_all_avx2(p, n);
+#endif
+  std::uint64_t r = 0;
+  for (std::size_t i = 0; i < n; ++i) r += p[i];
+  return r;
+}
+
+double thread_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+// Best of three passes over all copies (their weight data, as the kernels read it). Thread CPU
+// time, like Google Benchmark's rate counters, so both figures mean the same on a busy host.
+double read_bandwidth(const Working& ws) {
+  double best = 0.0;
+  for (int pass = 0; pass < 3; ++pass) {
+    const double t0 = thread_seconds();
+    std::uint64_t sink = 0;
+    std::size_t bytes = 0;
+    for (const auto& m : ws.copies) {
+      sink += read_all(m.data.data(), m.data.size());
+      bytes += m.data.size();
+    }
+    benchmark::DoNotOptimize(sink);
+    best = std::max(best, static_cast<double>(bytes) / (thread_seconds() - t0));
+  }
+  return best;
+}
+
+void bench_matmul(benchmark::State& state, Format f, Shape s, std::size_t batch) {
+  Working& ws = working_set(f, s);
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(batch * s.cols), y(batch * s.rows);
+  for (auto& v : x) v = g(rng);
+  const double read_bw = read_bandwidth(ws);
+  std::size_t i = 0;
+  const double t0 = thread_seconds();
+  for (auto _ : state) {
+    const QuantizedMatrix& m = ws.copies[i++ % ws.copies.size()];
+    k3::quant::gemm(m.view(), x, batch, y);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  const double elapsed = thread_seconds() - t0;
+  const double bytes = static_cast<double>(ws.bytes_per_copy) * static_cast<double>(state.iterations());
+  state.counters["weight_B/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsRate);
+  state.counters["read_B/s"] = read_bw;
+  state.counters["pct_of_read"] = 100.0 * bytes / elapsed / read_bw;
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(batch * state.iterations()),
+                                               benchmark::Counter::kIsRate);
+  state.counters["copies"] = static_cast<double>(ws.copies.size());
+  state.SetLabel(std::string(k3::quant::name(k3::quant::active_isa())));
+}
+
+// The same-size plain read on its own row, for reference.
+void bench_read(benchmark::State& state, Format f, Shape s) {
+  Working& ws = working_set(f, s);
+  std::size_t bytes = 0;
+  for (auto _ : state) {
+    std::uint64_t sink = 0;
+    for (const auto& m : ws.copies) sink += read_all(m.data.data(), m.data.size());
+    benchmark::DoNotOptimize(sink);
+  }
+  for (const auto& m : ws.copies) bytes += m.data.size();
+  state.counters["read_B/s"] = benchmark::Counter(static_cast<double>(bytes) * static_cast<double>(state.iterations()),
+                                                  benchmark::Counter::kIsRate);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::size_t threads = env_size("K3_BENCH_THREADS", 1);
+  tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
+
+  const std::vector<Format> formats = {
+      {Type::kF32, {}, "F32"},
+      {Type::kF16, {}, "F16"},
+      {Type::kBF16, {}, "BF16"},
+      {Type::kQ8_0, {}, "Q8_0"},
+      {Type::kQ4_0, {}, "Q4_0"},
+      {Type::kQ2_K, {}, "Q2_K"},
+      {Type::kQ3_K, {}, "Q3_K"},
+      {Type::kMXFP4, {}, "MXFP4"},
+      {Type::kMXFP4Packed, {}, "CT_MXFP4"},
+      {Type::kModelSlimInt8, {}, "MS_INT8"},
+      {Type::kModelSlimInt4, {}, "MS_INT4"},
+      {Type::kModelSlimInt4, {.group_size = 256}, "MS_INT4_g256"},
+  };
+  const std::vector<Shape> shapes = {{7168, 3584}, {4096, 4096}};
+  for (const Shape& s : shapes) {
+    for (const Format& f : formats) {
+      const std::string base = f.label + "/" + std::to_string(s.rows) + "x" + std::to_string(s.cols);
+      benchmark::RegisterBenchmark(("read/" + base).c_str(), bench_read, f, s)->Unit(benchmark::kMillisecond)->MinTime(0.3);
+      for (std::size_t batch : {1, 16, 64}) {
+        benchmark::RegisterBenchmark(("gemm/" + base + "/batch:" + std::to_string(batch)).c_str(), bench_matmul, f, s, batch)
+            ->Unit(benchmark::kMillisecond)
+            ->MinTime(0.5);
+      }
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,317 @@
+// Every kernel (each ISA available here, plus scalar) against the scalar kernel and against an
+// fp64 product of the dequantized weights, over random shapes and values; random byte
+// patterns through every dequantizer and kernel (meaningful under ASan/UBSan).
+#include <gtest/gtest.h>
+#include <tbb/global_control.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "quant/activations.h"
+#include "quant/fp.h"
+#include "quant/kernels.h"
+#include "quant/quantize.h"
+#include "quant/reference.h"
+#include "test_util.h"
+
+namespace k3::quant {
+namespace {
+
+using testing::act_dequantized;
+using testing::dequantized;
+using testing::no_offset_dequantized;
+using testing::heavy_tailed;
+using testing::random_bytes;
+using testing::reference_gemm;
+
+struct Format {
+  Type type;
+  QuantizeOptions opt;
+  std::string label() const {
+    std::string s(name(type));
+    if (opt.group_size) s += "_g" + std::to_string(opt.group_size);
+    if (opt.asymmetric) s += "_asym";
+    return s;
+  }
+};
+
+const std::vector<Format>& all_formats() {
+  static const std::vector<Format> f = {
+      {Type::kF32, {}},          {Type::kF16, {}},
+      {Type::kBF16, {}},         {Type::kQ8_0, {}},
+      {Type::kQ4_0, {}},         {Type::kQ2_K, {}},
+      {Type::kQ3_K, {}},         {Type::kMXFP4, {}},
+      {Type::kMXFP4Packed, {}},  {Type::kModelSlimInt8, {}},
+      {Type::kModelSlimInt8, {.asymmetric = true}},
+      {Type::kModelSlimInt4, {}},
+      {Type::kModelSlimInt4, {.asymmetric = true}},
+      {Type::kModelSlimInt4, {.group_size = 64}},
+      {Type::kModelSlimInt4, {.group_size = 32, .asymmetric = true}},
+  };
+  return f;
+}
+
+// Row lengths exercising full SIMD widths, odd block counts and tails.
+std::vector<std::size_t> widths(Type t, std::mt19937_64& rng) {
+  const std::size_t m = traits(t).row_multiple;
+  if (m == 256) return {256, 512, 768};
+  if (m == 32) {
+    std::uniform_int_distribution<std::size_t> nb(1, 9);
+    return {32, 64, 96, 32 * nb(rng), 320};
+  }
+  std::uniform_int_distribution<std::size_t> any(1, 70);
+  return {1, 15, 16, 17, 64, any(rng), 257};
+}
+
+// Tolerances, all relative to S = sum_k |w_k x_k| of the exact product:
+//  * any ISA vs the scalar kernel: only the float summation order differs -> 2e-5 S';
+//  * kernel vs its exact model, the fp64 sum_k wn_k xq_k - (wn_k - w_k) x_k with xq the
+//    activations as the kernel quantized them and wn the weights without ModelSlim offsets
+//    (the offset term uses exact sums of x): 2e-5 S';
+//    S' = S + 1.5 max_k |wn_k| sum_k |x_k| because the SIMD kernels multiply unsigned codes
+//    (weight + C, C = 8 to 128 integer steps, at most ~1.33 max|w|) and convert int32 lanes to
+//    float before the C term has cancelled, so their rounding is relative to that magnitude;
+//  * kernel vs the fp64 product with the original activations: additionally the activation
+//    rounding, at most sum_k |wn_k| |x_k - xq_k| (|x - xq| <= half the block's int8 step).
+TEST(QuantKernels, MatchReferenceOnRandomShapes) {
+  std::mt19937_64 rng(2024);
+  for (const Format& f : all_formats()) {
+    const Type t = f.type;
+    for (std::size_t cols : widths(t, rng)) {
+      if (f.opt.group_size && cols % f.opt.group_size) continue;
+      std::uniform_int_distribution<std::size_t> row_dist(1, 19);
+      std::size_t rows = row_dist(rng);
+      if (t == Type::kModelSlimInt4) rows = 2 * rows;
+      const std::vector<float> wf = heavy_tailed(rng, rows * cols);
+      const QuantizedMatrix m = quantize(t, wf, rows, cols, f.opt);
+      const MatrixView w = m.view();
+      const std::vector<float> wd = dequantized(w);
+      const std::vector<float> wn = no_offset_dequantized(w);
+      std::vector<float> woff(wd.size());
+      for (std::size_t k = 0; k < wd.size(); ++k) woff[k] = wn[k] - wd[k];
+      for (std::size_t n : {1u, 2u, 4u, 5u, 9u, 12u, 16u, 33u}) {
+        const std::vector<float> x = heavy_tailed(rng, n * cols);
+        const Activations a = Activations::prepare(traits(t).act, x, n, cols);
+        const std::vector<float> xq = act_dequantized(a);
+        const std::vector<double> exact = reference_gemm(wd, rows, cols, x, n);
+        std::vector<double> model = reference_gemm(wn, rows, cols, xq, n);
+        const std::vector<double> off_term = reference_gemm(woff, rows, cols, x, n);
+        for (std::size_t k = 0; k < model.size(); ++k) model[k] -= off_term[k];
+        std::vector<float> y_scalar(n * rows);
+        gemm(w, a, y_scalar, Isa::kScalar);
+        for (Isa isa : available_isas()) {
+          std::vector<float> y(n * rows, -1.0f);
+          gemm(w, a, y, isa);
+          for (std::size_t i = 0; i < n; ++i) {
+            for (std::size_t r = 0; r < rows; ++r) {
+              double s = 0, act_err = 0, wmax = 0, xabs = 0;
+              for (std::size_t k = 0; k < cols; ++k) {
+                wmax = std::max(wmax, std::fabs(double(wn[r * cols + k])));
+                xabs += std::fabs(double(x[i * cols + k]));
+                // float rounding scales with both parts of the model (offsets can be large)
+                s += (std::fabs(double(wn[r * cols + k])) + std::fabs(double(woff[r * cols + k]))) *
+                     std::fabs(double(x[i * cols + k]));
+                act_err += std::fabs(double(wn[r * cols + k])) *
+                           std::fabs(double(x[i * cols + k]) - xq[i * cols + k]);
+              }
+              s += 1.5 * wmax * xabs;
+              const double v = y[i * rows + r];
+              const std::string where = f.label() + " " + std::string(name(isa)) + " [" +
+                                        std::to_string(rows) + " x " + std::to_string(cols) +
+                                        "] n=" + std::to_string(n) + " row " + std::to_string(r) +
+                                        " act " + std::to_string(i);
+              ASSERT_NEAR(v, y_scalar[i * rows + r], 2e-5 * s + 1e-30) << where;
+              ASSERT_NEAR(v, model[i * rows + r], 2e-5 * s + 1e-30) << where;
+              ASSERT_NEAR(v, exact[i * rows + r], act_err * 1.001 + 2e-5 * s + 1e-30) << where;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The activation rounding above is the whole story: the int8 step of a block is amax/127, so
+// for well-behaved data the relative error of an integer kernel is small. Checked on a
+// realistic shape for each format with the active ISA.
+TEST(QuantKernels, RelativeErrorOnRealisticShape) {
+  std::mt19937_64 rng(77);
+  const std::size_t rows = 64, cols = 1024;
+  const std::vector<float> wf = testing::gaussian(rng, rows * cols, 0.02f);
+  const std::vector<float> x = testing::gaussian(rng, cols);
+  for (const Format& f : all_formats()) {
+    const QuantizedMatrix m = quantize(f.type, wf, rows, cols, f.opt);
+    const std::vector<float> wd = dequantized(m.view());
+    const std::vector<double> exact = reference_gemm(wd, rows, cols, x, 1);
+    std::vector<float> y(rows);
+    gemv(m.view(), x, y);
+    double e2 = 0, r2 = 0;
+    for (std::size_t r = 0; r < rows; ++r) {
+      e2 += (y[r] - exact[r]) * (y[r] - exact[r]);
+      r2 += exact[r] * exact[r];
+    }
+    const double tol = traits(f.type).integer_kernel ? 0.02 : 1e-5;
+    EXPECT_LT(std::sqrt(e2 / r2), tol) << f.label();
+  }
+}
+
+TEST(QuantKernels, GemvGemmAndDotAgree) {
+  std::mt19937_64 rng(5);
+  const std::size_t rows = 10, cols = 512, n = 3;
+  for (const Format& f : all_formats()) {
+    const std::vector<float> wf = heavy_tailed(rng, rows * cols);
+    const QuantizedMatrix m = quantize(f.type, wf, rows, cols, f.opt);
+    const std::vector<float> x = heavy_tailed(rng, n * cols);
+    std::vector<float> y(n * rows);
+    gemm(m.view(), x, n, y);
+    for (std::size_t i = 0; i < n; ++i) {
+      std::vector<float> yv(rows);
+      const std::span<const float> xi(x.data() + i * cols, cols);
+      gemv(m.view(), xi, yv);
+      for (std::size_t r = 0; r < rows; ++r) {
+        EXPECT_EQ(yv[r], y[i * rows + r]) << f.label();  // same kernel, same activations
+        EXPECT_EQ(dot(m.view(), r, xi), yv[r]) << f.label() << " row " << r;
+      }
+    }
+  }
+}
+
+// Every output is computed by exactly one kernel call, so the result must not depend on the
+// number of threads.
+TEST(QuantKernels, ThreadCountDoesNotChangeResults) {
+  std::mt19937_64 rng(9);
+  const std::size_t rows = 300, cols = 512, n = 6;
+  for (const Format& f : all_formats()) {
+    const std::vector<float> wf = heavy_tailed(rng, rows * cols);
+    const QuantizedMatrix m = quantize(f.type, wf, rows, cols, f.opt);
+    const std::vector<float> x = heavy_tailed(rng, n * cols);
+    std::vector<float> y1(n * rows), y2(n * rows);
+    {
+      tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
+      gemm(m.view(), x, n, y1);
+    }
+    {
+      tbb::global_control two(tbb::global_control::max_allowed_parallelism, 2);
+      gemm(m.view(), x, n, y2);
+    }
+    EXPECT_EQ(y1, y2) << f.label();
+  }
+}
+
+// Zero-width and zero-row matrices are legal and produce nothing or zeros.
+TEST(QuantKernels, EmptyShapes) {
+  std::vector<float> none;
+  const QuantizedMatrix m = quantize(Type::kQ8_0, none, 0, 64);
+  std::vector<float> x(64, 1.0f), y;
+  EXPECT_NO_THROW(gemv(m.view(), x, y));
+  const QuantizedMatrix f = quantize(Type::kF32, none, 3, 0);
+  std::vector<float> y3(3, 7.0f);
+  gemv(f.view(), none, y3);
+  EXPECT_EQ(y3, std::vector<float>(3, 0.0f));
+}
+
+// ------------------------------------------------------------------ arbitrary bytes
+
+// Random bytes as weights: the scales are then arbitrary f16/E8M0/f32 patterns (NaN, Inf,
+// subnormals). Every dequantizer and kernel must run without undefined behaviour, and where
+// the scalar result is finite every ISA must agree with it.
+QuantizedMatrix random_matrix(Type t, std::size_t rows, std::size_t cols, std::size_t group,
+                              std::mt19937_64& rng) {
+  QuantizedMatrix m;
+  m.type = t;
+  m.rows = rows;
+  m.cols = cols;
+  m.group_size = group;
+  m.data = random_bytes(rng, data_bytes(t, rows, cols));
+  auto floats = [&](std::size_t n) {
+    const std::vector<std::uint8_t> b = random_bytes(rng, 4 * n);
+    std::vector<float> v(n);
+    std::memcpy(v.data(), b.data(), 4 * n);
+    return v;
+  };
+  if (t == Type::kMXFP4Packed) m.e8m0 = random_bytes(rng, rows * cols / 32);
+  if (t == Type::kModelSlimInt8 || t == Type::kModelSlimInt4) {
+    m.scale = floats(rows);
+    if (group == 0) {
+      m.offset = floats(rows);
+    } else {
+      m.group_scale = floats(rows * cols / group);
+      m.group_offset = floats(rows * cols / group);
+    }
+  }
+  // Force the special half patterns into the f16 scale slots of a few blocks.
+  const std::uint16_t specials[] = {0x7c00, 0xfc00, 0x7e00, 0x7c01, 0x0001, 0x7bff, 0x8000};
+  const std::size_t rb = t == Type::kModelSlimInt4 ? 0 : m.data.size() / rows;
+  std::size_t scale_at = SIZE_MAX, scale2_at = SIZE_MAX;
+  switch (t) {
+    case Type::kQ8_0:
+    case Type::kQ4_0: scale_at = 0; break;
+    case Type::kQ2_K: scale_at = 80; scale2_at = 82; break;
+    case Type::kQ3_K: scale_at = 108; break;
+    default: break;
+  }
+  if (scale_at != SIZE_MAX) {
+    const std::size_t bb = traits(t).block_bytes;
+    for (std::size_t i = 0; i < m.data.size() / bb; i += 3) {
+      store_u16(m.data.data() + i * bb + scale_at, specials[i % 7]);
+      if (scale2_at != SIZE_MAX) store_u16(m.data.data() + i * bb + scale2_at, specials[(i + 3) % 7]);
+    }
+  }
+  (void)rb;
+  return m;
+}
+
+bool all_finite(const std::vector<float>& v) {
+  return std::all_of(v.begin(), v.end(), [](float f) { return std::isfinite(f); });
+}
+
+TEST(QuantKernels, AnyBytePatternIsWellDefined) {
+  std::mt19937_64 rng(31337);
+  for (const Format& f : all_formats()) {
+    if (f.opt.asymmetric) continue;  // random side arrays already cover offsets
+    const Type t = f.type;
+    const std::size_t cols = traits(t).row_multiple == 256 ? 512 : 128;
+    const std::size_t rows = 6;
+    for (int trial = 0; trial < 8; ++trial) {
+      const std::size_t n = trial % 2 == 0 ? 3 : 16;  // row kernels and the GEMM tile path
+      const QuantizedMatrix m = random_matrix(t, rows, cols, f.opt.group_size, rng);
+      const std::vector<float> wd = dequantized(m.view());  // reference dequantizer
+      std::vector<float> x = heavy_tailed(rng, n * cols);
+      if (trial >= 6) {
+        x[5] = INFINITY;
+        x[cols + 7] = NAN;
+      }
+      const Activations a = Activations::prepare(traits(t).act, x, n, cols);
+      std::vector<float> ref(n * rows);
+      gemm(m.view(), a, ref, Isa::kScalar);
+      const bool comparable = all_finite(wd) && all_finite(ref) && trial < 6;
+      const std::vector<float> xq = act_dequantized(a);
+      for (Isa isa : available_isas()) {
+        std::vector<float> y(n * rows);
+        gemm(m.view(), a, y, isa);
+        if (!comparable) continue;
+        for (std::size_t i = 0; i < n; ++i) {
+          for (std::size_t r = 0; r < rows; ++r) {
+            double s = 0, wmax = 0, xabs = 0;
+            for (std::size_t k = 0; k < cols; ++k) {
+              s += std::fabs(double(wd[r * cols + k]) * xq[i * cols + k]);
+              wmax = std::max(wmax, std::fabs(double(wd[r * cols + k])));
+              xabs += std::fabs(double(xq[i * cols + k]));
+            }
+            s += 1.5 * wmax * xabs;  // see MatchReferenceOnRandomShapes
+            if (!std::isfinite(s) || s > 1e30) continue;
+            ASSERT_NEAR(y[i * rows + r], ref[i * rows + r], 2e-5 * s + 1e-30)
+                << f.label() << " " << name(isa) << " trial " << trial;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace k3::quant
