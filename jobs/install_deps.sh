@@ -13,6 +13,7 @@ packages=(
   nlohmann-json3-dev
   libpcre2-dev
   libgtest-dev libgmock-dev
+  clang-14 libclang-rt-14-dev
   libbenchmark-dev
 )
 

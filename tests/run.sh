@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds k3eval from scratch if needed, and runs every test:
 #   * build/      Release: unit tests, MPI tests under mpirun (1, 8, 64 ranks), CLI tests;
-#   * build-asan/ quant tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+#   * build-asan/ quant and tokenizer tests again under AddressSanitizer + UBSan.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -15,9 +15,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yi
 status=0
 (cd build && ctest --output-on-failure -j "$(nproc)") || status=1
 
-if [[ -f quant/CMakeLists.txt ]] && grep -q quant_tests tests/quant/CMakeLists.txt 2>/dev/null; then
-  K3_BUILD_DIR="$root/build-asan" K3_BUILD_TARGETS="quant_tests" \
-    jobs/build.sh -DK3_SANITIZE=ON -DK3_BUILD_BENCHMARKS=OFF
-  (cd build-asan && ctest --output-on-failure -L quant) || status=1
-fi
+# Everything that decodes untrusted bytes, again under AddressSanitizer + UBSan.
+K3_BUILD_DIR="$root/build-asan" K3_BUILD_TARGETS="quant_tests tokenizer_tests" \
+  jobs/build.sh -DK3_SANITIZE=ON -DK3_BUILD_BENCHMARKS=OFF
+(cd build-asan && ctest --output-on-failure -j "$(nproc)" -L "quant|tokenizer") || status=1
 exit $status

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "apps/k3eval/check_layout.h"
+#include "apps/k3eval/load_only.h"
 #include "apps/k3eval/options.h"
 #include "dist/collectives.h"
 #include "dist/groups.h"
@@ -69,12 +70,18 @@ int run_k3eval(dist::Runtime& runtime, int argc, char** argv) {
   if (options.check_layout) {
     if (runtime.rank() == 0) std::fputs(apps::layout_table(*layout, nodes).c_str(), stdout);
     std::fflush(stdout);
-    return 0;
+    if (!options.load_only) return 0;
+  }
+  if (options.load_only) {
+    runtime.collectively([&] {
+      if (options.model_path.empty()) throw UsageError("--load-only needs --model-path");
+    });
+    return apps::run_load_only(runtime, *groups, options);
   }
   runtime.collectively([] {
     throw UsageError(
-        "nothing to do: pass --check-layout (checkpoint loading and the GSM8K evaluation come "
-        "with later releases; see k3eval --help)");
+        "nothing to do: pass --check-layout or --model-path PATH --load-only (the GSM8K "
+        "evaluation comes with a later release; see k3eval --help)");
   });
   return 0;
 }

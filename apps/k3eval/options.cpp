@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "apps/common/layout_options.h"
 #include "quant/error.h"
 
 namespace k3::apps {
@@ -14,43 +15,38 @@ namespace po = boost::program_options;
 namespace {
 
 po::options_description describe(K3evalOptions& o) {
+  // clang-format off
   po::options_description general("General");
-  general.add_options()("help,h", po::bool_switch(&o.help), "print this help and exit")(
-      "version", po::bool_switch(&o.version), "print the version and exit")(
-      "config", po::value(&o.config_file)->value_name("FILE"),
-      "read options from an INI file (key = value, names without '--'); the command line wins")(
-      "check-layout", po::bool_switch(&o.check_layout),
-      "build and verify every process group, print the layout table on rank 0, exit")(
-      "artifacts-dir", po::value(&o.artifacts_dir)->value_name("DIR"),
-      "write every rank's full log to DIR/logs/rank-NNNNN.log")(
-      "log-level", po::value(&o.log_level)->value_name("LEVEL"),
-      "console level on rank 0: trace, debug, info, warn, error, critical, off (default info)")(
-      "threads", po::value<int>()->value_name("N"),
-      "oneTBB threads per rank (default: SLURM_CPUS_PER_TASK under Slurm, else 1)");
+  general.add_options()
+      ("help,h", po::bool_switch(&o.help), "print this help and exit")
+      ("version", po::bool_switch(&o.version), "print the version and exit")
+      ("config", po::value(&o.config_file)->value_name("FILE"),
+       "read options from an INI file (key = value, names without '--'); the command line wins")
+      ("check-layout", po::bool_switch(&o.check_layout),
+       "build and verify every process group, print the layout table on rank 0, exit")
+      ("model-path", po::value(&o.model_path)->value_name("PATH"),
+       "checkpoint directory or .gguf file")
+      ("load-format", po::value(&o.load_format)->value_name("FORMAT"),
+       "auto (detect), hf, modelslim, gguf or draft")
+      ("load-only", po::bool_switch(&o.load_only),
+       "plan, load and audit this rank's slice of --model-path, print the figures, exit")
+      ("artifacts-dir", po::value(&o.artifacts_dir)->value_name("DIR"),
+       "write every rank's full log to DIR/logs/rank-NNNNN.log")
+      ("log-level", po::value(&o.log_level)->value_name("LEVEL"),
+       "console level on rank 0: trace, debug, info, warn, error, critical, off (default info)")
+      ("threads", po::value<int>()->value_name("N"),
+       "oneTBB threads per rank (default: SLURM_CPUS_PER_TASK under Slurm, else 1)");
+  // clang-format on
 
-  po::options_description parallel("Parallel layout (SGLang semantics)");
-  parallel.add_options()(
-      "tp", po::value(&o.layout.tp)->value_name("N"),
-      "tensor-parallel size (default: the world size, or world / dp without DP attention)")(
-      "dp", po::value(&o.layout.dp)->value_name("N"), "data-parallel size (default 1)")(
-      "ep", po::value(&o.layout.ep)->value_name("N"),
-      "expert-parallel size; must divide tp (default 1)")(
-      "enable-dp-attention", po::bool_switch(&o.layout.enable_dp_attention),
-      "split the TP group into dp attention-TP groups of tp/dp ranks")(
-      "enable-dp-lm-head", po::bool_switch(&o.layout.enable_dp_lm_head),
-      "shard the LM head vocabulary over the attention-TP group (needs DP attention)")(
-      "enable-shared-experts-attn-tp", po::bool_switch(&o.layout.enable_shared_experts_attn_tp),
-      "split the shared experts over the attention-TP group instead of TP")(
-      "enable-dense-mlp-attn-tp", po::bool_switch(&o.layout.enable_dense_mlp_attn_tp),
-      "split the dense MLP over the attention-TP group instead of TP")(
-      "ranks-per-node", po::value(&o.ranks_per_node)->value_name("N"),
-      "simulate nodes of N consecutive ranks (e.g. 4 nodes x 16 on one host)");
+  po::options_description parallel = layout_options(o.layout);
 
   po::options_description testing("Testing");
-  testing.add_options()(
-      "debug-fail-rank", po::value<int>()->value_name("R"),
-      "throw an error on rank R (-1: every rank) after the groups are built, to exercise the "
-      "fatal-error policy");
+  // clang-format off
+  testing.add_options()
+      ("debug-fail-rank", po::value<int>()->value_name("R"),
+       "throw an error on rank R (-1: every rank) after the groups are built, to exercise the "
+       "fatal-error policy");
+  // clang-format on
 
   po::options_description all("Usage: mpirun -np N k3eval [options]");
   all.add(general).add(parallel).add(testing);
@@ -84,6 +80,7 @@ K3evalOptions parse_k3eval_options(int argc, const char* const* argv) {
   } catch (const po::error& e) {
     throw UsageError(std::string(e.what()) + " (see k3eval --help)");
   }
+  o.ranks_per_node = o.layout.ranks_per_node;
   if (vm.count("threads")) o.threads = vm["threads"].as<int>();
   if (vm.count("debug-fail-rank")) o.debug_fail_rank = vm["debug-fail-rank"].as<int>();
   return o;

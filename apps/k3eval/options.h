@@ -10,13 +10,16 @@
 namespace k3::apps {
 
 struct K3evalOptions {
-  dist::LayoutSpec layout;  // world and ranks_per_node are filled in at run time
+  dist::LayoutSpec layout;  // world is filled in at run time
   int ranks_per_node = 0;   // --ranks-per-node: simulate nodes of N consecutive ranks
   std::optional<int> threads;
   std::string artifacts_dir;
   std::string log_level = "info";
   std::string config_file;
   bool check_layout = false;
+  std::string model_path;  // --model-path: checkpoint directory or .gguf file
+  std::string load_format = "auto";
+  bool load_only = false;
   std::optional<int> debug_fail_rank;  // fault injection for tests of the fatal-error policy
   bool help = false;
   bool version = false;

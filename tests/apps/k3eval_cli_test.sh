@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # End-to-end checks of build/bin/k3eval as a user runs it under mpirun.
-# Usage: k3eval_cli_test.sh CASE K3EVAL_BINARY WORK_DIR
+# Usage: k3eval_cli_test.sh CASE K3EVAL_BINARY WORK_DIR [K3CKPT_BINARY]
 set -uo pipefail
 case_name=$1
 k3eval=$2
 work=$3/$case_name
+k3ckpt=${4:-}
 rm -rf "$work" && mkdir -p "$work"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
 
@@ -113,6 +114,50 @@ case $case_name in
     run 0
     expect_rc 2
     expect_err_once "nothing to do: pass --check-layout"
+    ;;
+  load_only_351_shards_8)
+    "$k3ckpt" synth --format hf --shards 351 --out "$work/ck" >/dev/null || fail "synth failed"
+    [[ $(ls "$work/ck"/*.safetensors | wc -l) -eq 351 ]] || fail "expected 351 shards"
+    run 8 --model-path "$work/ck" --load-only --tp 8 --dp 2 --ep 8 --enable-dp-attention --enable-dp-lm-head \
+      --enable-shared-experts-attn-tp --enable-dense-mlp-attn-tp --ranks-per-node 4
+    expect_rc 0
+    expect_out "351/351 shards loaded in"
+    expect_out "audit clean on every rank"
+    [[ $(grep -c '^rank ' <<<"$out") -eq 8 ]] || fail "expected one line per rank: $out"
+    ;;
+  load_only_formats_8)
+    for format in modelslim gguf; do
+      "$k3ckpt" synth --format $format --shards 2 --out "$work/$format" >/dev/null || fail "synth $format failed"
+      run 8 --model-path "$work/$format" --load-only --tp 8 --dp 2 --ep 8 --enable-dp-attention --enable-dp-lm-head
+      expect_rc 0
+      expect_out "2/2 shards loaded in"
+      expect_err_once "[rank 0/8] [info] $work/$format: format $format"
+    done
+    ;;
+  load_only_rejects_before_reading_8)
+    "$k3ckpt" synth --format modelslim --out "$work/ms" >/dev/null || fail "synth failed"
+    # Drop kv_b_proj from the description and the header's view: rename the tensor in place.
+    python3 - "$work/ms" <<'PY' || fail "could not damage the checkpoint"
+import json, struct, sys, pathlib
+d = pathlib.Path(sys.argv[1])
+name = "language_model.model.layers.5.self_attn.kv_b_proj.weight"
+shard = d / json.loads((d / "model.safetensors.index.json").read_text())["weight_map"][name]
+raw = shard.read_bytes()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+header[name.replace("kv_b_proj", "kv_b_lost")] = header.pop(name)
+text = json.dumps(header).encode()
+text += b" " * ((8 - len(text) % 8) % 8)
+shard.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+index = json.loads((d / "model.safetensors.index.json").read_text())
+del index["weight_map"][name]
+(d / "model.safetensors.index.json").write_text(json.dumps(index))
+PY
+    run 8 --model-path "$work/ms" --load-only --tp 8 --ep 8
+    expect_rc 2
+    expect_err_once "problem(s) found before reading any tensor data"
+    expect_err_once "missing tensor 'language_model.model.layers.5.self_attn.kv_b_proj.weight'"
+    grep -q "shards," <<<"$err" && fail "data was read before the check failed: $err"
     ;;
   *)
     fail "unknown case"

@@ -1,0 +1,328 @@
+// k3ckpt: checkpoint tools that need no MPI job: synth, inspect, plan.
+//   k3ckpt synth --preset tiny|full --format hf|modelslim|gguf|draft --out DIR [--seed N]
+//                [--shards N] [--header-only]
+//   k3ckpt inspect DIR [--load-format F]
+//   k3ckpt plan DIR --tp .. --dp .. --ep .. [layout flags] [--world N] [--rank R]
+#include <boost/program_options.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "apps/common/layout_options.h"
+#include "model/binding.h"
+#include "model/checkpoint.h"
+#include "model/load_plan.h"
+#include "model/synth.h"
+#include "model/tokenizer_files.h"
+#include "quant/error.h"
+
+namespace {
+
+namespace po = boost::program_options;
+using namespace k3;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string gib(std::uint64_t bytes) {
+  return fmt::format("{:.3f} GiB", bytes / double(1ull << 30));
+}
+std::string human(std::uint64_t bytes) {
+  if (bytes >= (1ull << 30)) return gib(bytes);
+  if (bytes >= (1ull << 20)) return fmt::format("{:.2f} MiB", bytes / double(1ull << 20));
+  return fmt::format("{} B", bytes);
+}
+
+po::variables_map parse(const std::vector<std::string>& args, const po::options_description& desc,
+                        const po::positional_options_description& pos) {
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(std::string(e.what()) + " (see k3ckpt --help)");
+  }
+  return vm;
+}
+
+std::optional<model::FormatKind> load_format(const std::string& name) {
+  if (name.empty() || name == "auto") return std::nullopt;
+  auto k = model::format_from_name(name);
+  if (!k)
+    throw UsageError("--load-format '" + name + "' is not one of auto, hf, modelslim, gguf, draft");
+  return k;
+}
+
+int synth(const std::vector<std::string>& args) {
+  model::SynthOptions o;
+  std::string format = "hf", out;
+  po::options_description desc("k3ckpt synth");
+  desc.add_options()("preset", po::value(&o.preset)->default_value("tiny"), "tiny | full")(
+      "format", po::value(&format)->default_value("hf"), "hf | modelslim | gguf | draft")(
+      "out", po::value(&out)->required(), "output directory")(
+      "seed", po::value(&o.seed)->default_value(0), "weight seed")(
+      "shards", po::value(&o.shards)->default_value(1), "number of shard files")(
+      "header-only", po::bool_switch(&o.header_only),
+      "write headers; tensor bytes stay sparse holes")(
+      "corpus", po::value<std::string>()->default_value(K3_DEFAULT_CORPUS),
+      "JSONL corpus for the trained BPE vocabulary (every string value of every line)")(
+      "set", po::value<std::vector<std::string>>()->composing(),
+      "NAME=VALUE: change a preset's size (num_hidden_layers, hidden_size, num_experts, vocab, "
+      "...)");
+  const po::variables_map vm = parse(args, desc, {});
+  o.corpus = vm["corpus"].as<std::string>();
+  if (vm.count("set")) {
+    for (const std::string& kv : vm["set"].as<std::vector<std::string>>()) {
+      const auto eq = kv.find('=');
+      int value = 0;
+      std::size_t used = 0;
+      try {
+        value = std::stoi(kv.substr(eq == std::string::npos ? 0 : eq + 1), &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (eq == std::string::npos || used == 0 || eq + 1 + used != kv.size()) {
+        throw UsageError("--set '" + kv + "': expected NAME=INTEGER");
+      }
+      o.overrides.emplace_back(kv.substr(0, eq), value);
+    }
+  }
+  auto kind = model::format_from_name(format);
+  if (!kind) throw UsageError("--format '" + format + "' is not one of hf, modelslim, gguf, draft");
+  o.format = *kind;
+  o.out = out;
+  const auto t0 = Clock::now();
+  const auto s = model::synthesize_checkpoint(o);
+  std::printf("wrote %s checkpoint (%s preset%s) to %s: %d file(s), %llu tensors, %s in %.2f s\n",
+              format.c_str(), o.preset.c_str(), o.header_only ? ", header only" : "", out.c_str(),
+              s.files, static_cast<unsigned long long>(s.tensors), human(s.bytes).c_str(),
+              seconds_since(t0));
+  return 0;
+}
+
+void print_problems(const std::vector<std::string>& problems) {
+  if (problems.empty()) {
+    std::printf("problems: none\n");
+    return;
+  }
+  std::printf("problems: %zu\n", problems.size());
+  for (const auto& p : problems) std::printf("  %s\n", p.c_str());
+}
+
+int inspect(const std::vector<std::string>& args) {
+  std::string dir, format;
+  po::options_description desc("k3ckpt inspect");
+  desc.add_options()("checkpoint", po::value(&dir)->required(),
+                     "checkpoint directory or .gguf file")(
+      "load-format", po::value(&format), "override detection: hf | modelslim | gguf | draft");
+  po::positional_options_description pos;
+  pos.add("checkpoint", 1);
+  parse(args, desc, pos);
+  const auto t0 = Clock::now();
+  const model::Checkpoint ck = model::Checkpoint::open(dir, load_format(format));
+  const model::ModelConfig& c = ck.config();
+  std::printf("checkpoint: %s\n", ck.root().c_str());
+  std::printf("format: %s%s\n", std::string(ck.format().name()).c_str(),
+              format.empty() ? " (detected)" : " (forced)");
+  std::printf("capabilities: %s\n", ck.format().capability_list().c_str());
+  std::printf("files: %zu, tensors: %zu, bytes: %s\n", ck.files().size(), ck.tensors().size(),
+              human(ck.tensor_bytes()).c_str());
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> by_dtype;
+  for (const auto& [name, t] : ck.tensors()) {
+    auto& e = by_dtype[std::string(model::dtype_name(t.entry.dtype))];
+    ++e.first;
+    e.second += t.entry.nbytes;
+  }
+  for (const auto& [dt, e] : by_dtype) {
+    std::printf("  %-6s %8llu tensors %s\n", dt.c_str(), static_cast<unsigned long long>(e.first),
+                human(e.second).c_str());
+  }
+  std::string mla;
+  for (int l : c.full_attn_layers) mla += (mla.empty() ? "" : ",") + std::to_string(l - 1);
+  std::printf(
+      "config: hidden %d, layers %d (MLA at 0-based %s; the rest KDA), heads %d MLA / %d KDA, "
+      "experts %d top-%d latent %d, shared %d, vocab %d\n",
+      c.hidden_size, c.num_hidden_layers, mla.c_str(), c.num_attention_heads, c.kda_num_heads,
+      c.num_experts, c.num_experts_per_token, c.routed_expert_hidden_size, c.num_shared_experts,
+      c.vocab_size);
+  dist::LayoutSpec one;
+  const auto specs = model::kimi_k3_parameters(c, dist::Layout::make(one));
+  const model::BindResult bound = model::bind_parameters(ck, specs);
+  for (const auto& b : bound.bindings) {
+    if (b.spec.family != model::ParamFamily::kMlaKvB) continue;
+    std::printf("  MLA layer %d: %s (capability %s = %s)\n", b.spec.layer, b.repr.text.c_str(),
+                std::string(model::capability_name(*b.repr.asked)).c_str(),
+                b.repr.answer ? "true" : "false");
+  }
+  if (const auto& d = ck.modelslim()) {
+    std::map<std::string, int> counts;
+    for (const auto& [name, scheme] : d->schemes) ++counts[scheme];
+    std::string line;
+    for (const auto& [scheme, n] : counts)
+      line += fmt::format("{}{} {}", line.empty() ? "" : ", ", scheme, n);
+    std::printf("modelslim: %s, version %s, group_size %d: %s\n", d->model_quant_type.c_str(),
+                d->version.c_str(), d->group_size, line.c_str());
+  }
+  if (!bound.ignored.empty())
+    std::printf("ignored (outside the language model): %zu tensors\n", bound.ignored.size());
+  print_problems(bound.problems);
+  std::printf("inspected in %.2f s\n", seconds_since(t0));
+  return bound.problems.empty() ? 0 : 2;
+}
+
+int plan(const std::vector<std::string>& args) {
+  std::string dir, format;
+  dist::LayoutSpec spec;
+  int world = 0, rank = -1;
+  po::options_description desc("k3ckpt plan");
+  desc.add_options()("checkpoint", po::value(&dir)->required(),
+                     "checkpoint directory or .gguf file")(
+      "load-format", po::value(&format), "override detection: hf | modelslim | gguf | draft")(
+      "world", po::value(&world), "number of ranks (default: tp, or tp x dp without DP attention)")(
+      "rank", po::value(&rank), "print this rank's plan parameter by parameter");
+  desc.add(apps::layout_options(spec));
+  po::positional_options_description pos;
+  pos.add("checkpoint", 1);
+  parse(args, desc, pos);
+  if (world == 0)
+    world = spec.tp > 0 ? (spec.enable_dp_attention ? spec.tp : spec.tp * spec.dp) : 1;
+  spec.world = world;
+  const dist::Layout layout = dist::Layout::make(spec);
+  const auto t0 = Clock::now();
+  const model::Checkpoint ck = model::Checkpoint::open(dir, load_format(format));
+  const double t_open = seconds_since(t0);
+  const auto specs = model::kimi_k3_parameters(ck.config(), layout);
+  const model::BindResult bound = model::bind_parameters(ck, specs);
+  std::printf("checkpoint: %s (%s; %zu files, %zu tensors, %s)\n", ck.root().c_str(),
+              std::string(ck.format().name()).c_str(), ck.files().size(), ck.tensors().size(),
+              human(ck.tensor_bytes()).c_str());
+  std::printf("layout: %s\n", layout.summary().c_str());
+  if (!bound.problems.empty()) {
+    print_problems(bound.problems);
+    return 2;
+  }
+  std::uint64_t min_b = UINT64_MAX, max_b = 0, total = 0;
+  std::size_t min_t = SIZE_MAX, max_t = 0;
+  for (int r = 0; r < layout.world(); ++r) {
+    const model::LoadPlan p = model::make_load_plan(ck, bound.bindings, layout, r);
+    std::size_t reads = 0;
+    for (const auto& pp : p.params) reads += pp.reads.size();
+    min_b = std::min(min_b, p.bytes);
+    max_b = std::max(max_b, p.bytes);
+    min_t = std::min(min_t, reads);
+    max_t = std::max(max_t, reads);
+    total += p.bytes;
+    if (r == rank) {
+      std::printf("rank %d: %zu parameters, %zu tensor reads, %s from %zu file(s)\n", r,
+                  p.params.size(), reads, human(p.bytes).c_str(), p.files.size());
+      for (const auto& pp : p.params) {
+        const auto& b = *pp.binding;
+        std::string box;
+        for (std::size_t d = 0; d < pp.box.begin.size(); ++d) {
+          box += fmt::format("{}{}:{}", d ? "," : "", pp.box.begin[d], pp.box.end[d]);
+        }
+        std::printf("  %-60s %-44s [%s] %s%s\n", b.spec.name.c_str(), b.repr.text.c_str(),
+                    box.c_str(), human(pp.bytes).c_str(),
+                    b.repr.asked ? fmt::format("  ({}={})", model::capability_name(*b.repr.asked),
+                                               b.repr.answer ? "true" : "false")
+                                       .c_str()
+                                 : "");
+      }
+    }
+  }
+  std::printf("per rank: min %s (%zu reads), max %s (%zu reads); all ranks %s; checkpoint %s\n",
+              human(min_b).c_str(), min_t, human(max_b).c_str(), max_t, human(total).c_str(),
+              human(ck.tensor_bytes()).c_str());
+  std::printf("data-free checks passed; headers read in %.2f s, planned %d ranks in %.2f s\n",
+              t_open, layout.world(), seconds_since(t0) - t_open);
+  return 0;
+}
+
+// One line of ids per input line (or, with --decode, one line of text per line of ids).
+int tokenize(const std::vector<std::string>& args) {
+  std::string path;
+  bool decode = false, allow_special = false;
+  po::options_description desc("k3ckpt tokenize");
+  desc.add_options()("checkpoint", po::value(&path)->required(),
+                     "checkpoint directory or .gguf file")(
+      "decode", po::bool_switch(&decode), "read lines of space-separated ids, print their text")(
+      "allow-special", po::bool_switch(&allow_special), "encode special-token names as their ids");
+  po::positional_options_description pos;
+  pos.add("checkpoint", 1);
+  parse(args, desc, pos);
+  const model::Tokenizer tok = model::open_tokenizer(path);
+  std::string line;
+  std::vector<std::int32_t> ids;
+  for (std::size_t n = 1; std::getline(std::cin, line); ++n) {
+    if (decode) {
+      ids.clear();
+      std::istringstream in(line);
+      std::string word;
+      while (in >> word) {
+        std::size_t used = 0;
+        long long id = -1;
+        try {
+          id = std::stoll(word, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != word.size() || id < 0 || id >= tok.vocabulary().size()) {
+          throw InputError("stdin line " + std::to_string(n) + ": '" + word +
+                           "' is not a token id below " + std::to_string(tok.vocabulary().size()));
+        }
+        ids.push_back(static_cast<std::int32_t>(id));
+      }
+      std::cout << tok.decode(ids) << "\n";
+    } else {
+      ids = tok.encode(
+          line, allow_special ? model::AllowedSpecial::all() : model::AllowedSpecial::none());
+      for (std::size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];
+      std::cout << "\n";
+    }
+  }
+  return 0;
+}
+
+const char* kUsage =
+    "usage: k3ckpt synth --out DIR [--preset tiny|full] [--format hf|modelslim|gguf|draft] [--seed "
+    "N]\n"
+    "                    [--shards N] [--header-only]\n"
+    "       k3ckpt inspect DIR [--load-format F]\n"
+    "       k3ckpt tokenize DIR|FILE.gguf [--decode] [--allow-special]   (stdin -> stdout)\n"
+    "       k3ckpt plan DIR [--tp N --dp N --ep N --enable-dp-attention ...] [--world N] [--rank "
+    "R]\n";
+
+int run(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  if (command == "synth") return synth(args);
+  if (command == "inspect") return inspect(args);
+  if (command == "plan") return plan(args);
+  if (command == "tokenize") return tokenize(args);
+  throw UsageError("unknown command '" + command + "'\n" + kUsage);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const k3::Error& e) {
+    std::fprintf(stderr, "k3ckpt: %s\n", e.what());
+    return static_cast<int>(e.exit_code());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "k3ckpt: internal error: %s\n", e.what());
+    return 3;
+  }
+}

@@ -1,0 +1,564 @@
+#include "model/binding.h"
+
+#include <algorithm>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "quant/error.h"
+
+namespace k3::model {
+
+namespace {
+
+// Logical (official release) names to llama.cpp's kimi-k3 GGUF names.
+const std::vector<std::pair<std::string, std::string>>& layer_gguf_names() {
+  static const std::vector<std::pair<std::string, std::string>> kMap = {
+      {"input_layernorm.weight", "attn_norm.weight"},
+      {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"self_attention_res_score", "attn_res_score.weight"},
+      {"mlp_res_score", "ffn_res_score.weight"},
+      {"self_attn.q_proj.weight", "attn_q.weight"},
+      {"self_attn.k_proj.weight", "attn_k.weight"},
+      {"self_attn.v_proj.weight", "attn_v.weight"},
+      {"self_attn.q_conv1d.weight", "ssm_conv1d_q.weight"},
+      {"self_attn.k_conv1d.weight", "ssm_conv1d_k.weight"},
+      {"self_attn.v_conv1d.weight", "ssm_conv1d_v.weight"},
+      {"self_attn.f_a_proj.weight", "ssm_f_a.weight"},
+      {"self_attn.f_b_proj.weight", "ssm_f_b.weight"},
+      {"self_attn.b_proj.weight", "ssm_beta.weight"},
+      {"self_attn.decay", "ssm_a"},
+      {"self_attn.dt_bias", "ssm_dt.bias"},
+      {"self_attn.o_norm.weight", "ssm_norm.weight"},
+      {"self_attn.q_a_proj.weight", "attn_q_a.weight"},
+      {"self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight"},
+      {"self_attn.q_b_proj.weight", "attn_q_b.weight"},
+      {"self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight"},
+      {"self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight"},
+      {"self_attn.kv_b_proj.weight", "attn_kv_b.weight"},
+      {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      {"mlp.up_proj.weight", "ffn_up.weight"},
+      {"mlp.down_proj.weight", "ffn_down.weight"},
+      {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
+      {"block_sparse_moe.gate.e_score_correction_bias", "exp_probs_b.bias"},
+      {"block_sparse_moe.routed_expert_down_proj.weight", "ffn_routed_down.weight"},
+      {"block_sparse_moe.routed_expert_up_proj.weight", "ffn_routed_up.weight"},
+      {"block_sparse_moe.routed_expert_norm.weight", "ffn_routed_norm.weight"},
+      {"block_sparse_moe.experts.w1", "ffn_gate_exps.weight"},
+      {"block_sparse_moe.experts.w3", "ffn_up_exps.weight"},
+      {"block_sparse_moe.experts.w2", "ffn_down_exps.weight"},
+      {"block_sparse_moe.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight"},
+      {"block_sparse_moe.shared_experts.up_proj.weight", "ffn_up_shexp.weight"},
+      {"block_sparse_moe.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
+  };
+  return kMap;
+}
+
+bool is_float(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
+std::string dims(const std::vector<std::int64_t>& s) { return shape_string(s); }
+
+class Binder {
+ public:
+  Binder(const Checkpoint& ck, BindResult& out) : ck_(ck), fmt_(ck.format()), out_(out) {}
+
+  void bind_all(const std::vector<ParamSpec>& specs) {
+    for (const ParamSpec& s : specs) {
+      Binding b;
+      b.spec = s;
+      current_ = &s;
+      switch (s.family) {
+        case ParamFamily::kVector:
+          bind_vector(b);
+          break;
+        case ParamFamily::kAttnResScore:
+          bind_attn_res(b);
+          break;
+        case ParamFamily::kKdaDecay:
+          bind_decay(b);
+          break;
+        case ParamFamily::kEmbedding:
+        case ParamFamily::kLinear:
+          bind_linear(b, stored_name(s.name), s.shape, b.repr);
+          break;
+        case ParamFamily::kMlaKvB:
+          bind_kv_b(b);
+          break;
+        case ParamFamily::kLatentProjection:
+          bind_latent(b);
+          break;
+        case ParamFamily::kRoutedExpert:
+          bind_experts(b);
+          break;
+      }
+      out_.bindings.push_back(std::move(b));
+    }
+    // Every stored tensor of the language model must feed some parameter.
+    for (const auto& [name, t] : ck_.tensors()) {
+      if (claimed_.count(name)) continue;
+      const bool language =
+          fmt_.kind() == FormatKind::kGguf
+              ? true
+              : name.rfind(ck_.name_prefix(), 0) == 0 &&
+                    (ck_.name_prefix().empty()
+                         ? name.rfind("model.", 0) == 0 || name.rfind("lm_head.", 0) == 0
+                         : true);
+      if (language) {
+        problem("unexpected tensor '" + name + "' (" + std::string(dtype_name(t.entry.dtype)) +
+                " " + dims(t.entry.shape) + ") in " + ck_.files()[t.file] +
+                ": no Kimi-K3 parameter of this config is stored under that name");
+      } else {
+        out_.ignored.push_back(name);
+      }
+    }
+  }
+
+ private:
+  std::string context() const { return "format " + std::string(fmt_.name()) + ": "; }
+  void problem(const std::string& what) { out_.problems.push_back(context() + what); }
+
+  std::string stored_name(const std::string& logical) const {
+    if (fmt_.kind() == FormatKind::kGguf) return gguf_name(logical, ck_.config());
+    return ck_.name_prefix() + logical;
+  }
+
+  // Looks a stored tensor up and checks its shape; records a problem and returns null if absent.
+  const StoredTensor* need(const std::string& name, const std::vector<std::int64_t>& shape,
+                           const std::string& why) {
+    const StoredTensor* t = ck_.find(name);
+    if (!t) {
+      problem("missing tensor '" + name + "' for " + current_->name + ", expected " + dims(shape) +
+              why);
+      return nullptr;
+    }
+    claimed_.insert(name);
+    if (t->entry.shape != shape) {
+      problem("tensor '" + name + "' has shape " + dims(t->entry.shape) + ", expected " +
+              dims(shape) + " from config.json");
+      return nullptr;
+    }
+    return t;
+  }
+
+  StoredPart part(const std::string& role, const StoredTensor& t) {
+    StoredPart p;
+    p.role = role;
+    p.tensors = {t.entry.name};
+    p.dtype = t.entry.dtype;
+    p.shape = t.entry.shape;
+    return p;
+  }
+
+  void dense(Binding& b, Representation& r, DType dtype, const std::string& name) {
+    if (!is_float(dtype)) {
+      problem("tensor '" + name + "' is " + std::string(dtype_name(dtype)) +
+              ", expected F32, F16 or BF16");
+      return;
+    }
+    r.type = *quant_type_of(dtype);
+    r.text = "dense " + std::string(dtype_name(dtype));
+    (void)b;
+  }
+
+  void bind_vector(Binding& b) {
+    const std::string name = stored_name(b.spec.name);
+    if (const StoredTensor* t = need(name, b.spec.shape, "")) {
+      b.parts.push_back(part("weight", *t));
+      dense(b, b.repr, t->entry.dtype, name);
+    }
+  }
+
+  void ask(Representation& r, Capability c) {
+    r.asked = c;
+    r.answer = fmt_.has(c);
+  }
+
+  void bind_attn_res(Binding& b) {
+    ask(b.repr, Capability::kFoldedAttnResScores);
+    const std::int64_t H = b.spec.shape[0];
+    if (b.repr.answer) {
+      const std::string name = stored_name(b.spec.name);
+      if (const StoredTensor* t = need(name, {H}, "")) {
+        b.parts.push_back(part("score", *t));
+        dense(b, b.repr, t->entry.dtype, name);
+        b.repr.text = "score stored folded (" + std::string(dtype_name(t->entry.dtype)) + ")";
+      }
+      return;
+    }
+    // "model.layers.N.self_attention_res_score" <- "..._res_norm.weight" x "..._res_proj.weight".
+    const std::string base =
+        b.spec.name.substr(0, b.spec.name.size() - std::string("_score").size());
+    const std::string norm = ck_.name_prefix() + base + "_norm.weight";
+    const std::string proj = ck_.name_prefix() + base + "_proj.weight";
+    const StoredTensor* n = need(norm, {H}, "");
+    const StoredTensor* p = need(proj, {1, H}, "");
+    if (!n || !p) return;
+    b.parts.push_back(part("norm", *n));
+    b.parts.push_back(part("proj", *p));
+    dense(b, b.repr, n->entry.dtype, norm);
+    dense(b, b.repr, p->entry.dtype, proj);
+    b.repr.type = quant::Type::kF32;
+    b.repr.text = "score = norm x proj, folded at load";
+  }
+
+  void bind_decay(Binding& b) {
+    ask(b.repr, Capability::kFoldedKdaDecay);
+    const std::int64_t heads = b.spec.shape[0];
+    if (b.repr.answer) {
+      const std::string name = stored_name(b.spec.name);
+      if (const StoredTensor* t = need(name, {heads}, "")) {
+        b.parts.push_back(part("ssm_a", *t));
+        dense(b, b.repr, t->entry.dtype, name);
+        b.repr.type = quant::Type::kF32;
+        b.repr.text = "exp(A_log) = -ssm_a";
+      }
+      return;
+    }
+    const std::string name =
+        ck_.name_prefix() + b.spec.name.substr(0, b.spec.name.size() - 5) + "A_log";
+    const StoredTensor* t = ck_.find(name);
+    if (!t) {
+      problem("missing tensor '" + name + "' for " + b.spec.name +
+              ", expected F32 [>= " + std::to_string(heads) + "]");
+      return;
+    }
+    claimed_.insert(name);
+    if (t->entry.shape.size() != 1 || t->entry.shape[0] < heads) {
+      problem("tensor '" + name + "' has shape " + dims(t->entry.shape) +
+              ", expected [>= " + std::to_string(heads) + "] (one value per KDA head)");
+      return;
+    }
+    StoredPart p = part("a_log", *t);
+    b.parts.push_back(p);
+    dense(b, b.repr, t->entry.dtype, name);
+    b.repr.type = quant::Type::kF32;
+    b.repr.text = "exp(A_log[:" + std::to_string(heads) + "])";
+  }
+
+  // A matrix stored as the container declares it: ggml types in GGUF, ModelSlim schemes with
+  // their side tensors, dense floats otherwise.
+  void bind_linear(Binding& b, const std::string& name, const std::vector<std::int64_t>& shape,
+                   Representation& r) {
+    if (fmt_.has(Capability::kGgmlBlockLinears)) {
+      ask(r, Capability::kGgmlBlockLinears);
+      const StoredTensor* t = need(name, shape, "");
+      if (!t) return;
+      const auto q = quant_type_of(t->entry.dtype);
+      if (!q) {
+        problem("tensor '" + name + "' is " + std::string(dtype_name(t->entry.dtype)) +
+                ", expected a float or ggml block type");
+        return;
+      }
+      b.parts.push_back(part("weight", *t));
+      r.type = *q;
+      r.text = std::string(dtype_name(t->entry.dtype)) + " (ggml)";
+      return;
+    }
+    if (fmt_.has(Capability::kModelSlimQuantization)) {
+      ask(r, Capability::kModelSlimQuantization);
+      bind_modelslim(b, name, shape, r, std::nullopt);
+      return;
+    }
+    const StoredTensor* t = need(name, shape, "");
+    if (!t) return;
+    b.parts.push_back(part("weight", *t));
+    dense(b, r, t->entry.dtype, name);
+  }
+
+  // ModelSlim: the scheme in quant_model_description.json decides the stored tensors.
+  // `expert`: for per-expert tensors, adds one name per expert to existing parts.
+  void bind_modelslim(Binding& b, const std::string& name, const std::vector<std::int64_t>& shape,
+                      Representation& r, std::optional<int> expert) {
+    const ModelSlimDescription& d = *ck_.modelslim();
+    const std::string scheme = d.scheme_of(name);
+    if (scheme.empty()) {
+      problem("quant_model_description.json has no scheme for '" + name + "'");
+      return;
+    }
+    const std::string base = name.substr(0, name.size() - std::string(".weight").size());
+    const std::int64_t N = shape[0], K = shape[1];
+    std::vector<std::pair<StoredPart, bool>> wanted;  // part, and whether it must exist
+    auto want = [&](const std::string& role, const std::string& tensor, DType expected_dtype_hint,
+                    std::vector<std::int64_t> s, std::int64_t row_div, std::int64_t col_div,
+                    bool whole, bool required) {
+      StoredPart p;
+      p.role = role;
+      p.tensors = {tensor};
+      p.dtype = expected_dtype_hint;
+      p.shape = std::move(s);
+      p.row_div = row_div;
+      p.col_div = col_div;
+      p.col_whole = whole;
+      wanted.emplace_back(std::move(p), required);
+    };
+    if (scheme == "FLOAT") {
+      want("weight", name, DType::kBF16, {N, K}, 1, 1, false, true);
+    } else if (scheme == "W8A8" || scheme == "W8A8_DYNAMIC") {
+      want("weight", name, DType::kI8, {N, K}, 1, 1, false, true);
+      want("scale", base + ".weight_scale", DType::kF32, {N, 1}, 1, 1, true, true);
+      want("offset", base + ".weight_offset", DType::kF32, {N, 1}, 1, 1, true, false);
+    } else {                                          // W4A8_DYNAMIC
+      const bool packed_rows = d.version == "1.0.0";  // two int4 per byte along the output dim
+      if (packed_rows && N % 2 != 0) {
+        problem("'" + name + "' has " + std::to_string(N) +
+                " output rows; W4A8 version 1.0.0 packs them in pairs");
+        return;
+      }
+      want("weight", name, DType::kI8, {packed_rows ? N / 2 : N, K}, packed_rows ? 2 : 1, 1, false,
+           true);
+      want("scale", base + ".weight_scale", DType::kF32, {N, 1}, 1, 1, true, true);
+      want("offset", base + ".weight_offset", DType::kF32, {N, 1}, 1, 1, true, false);
+      if (d.group_size > 0) {
+        if (K % d.group_size != 0) {
+          problem("'" + name + "' has " + std::to_string(K) +
+                  " columns, not a multiple of group_size " + std::to_string(d.group_size));
+          return;
+        }
+        want("group_scale", base + ".weight_scale_second", DType::kF32, {N, K / d.group_size}, 1,
+             d.group_size, false, true);
+        want("group_offset", base + ".weight_offset_second", DType::kF32, {N, K / d.group_size}, 1,
+             d.group_size, false, false);
+      }
+    }
+    for (auto& [p, required] : wanted) {
+      const std::string& tensor = p.tensors.front();
+      const StoredTensor* t = ck_.find(tensor);
+      if (!t) {
+        if (required) {
+          problem("missing tensor '" + tensor + "' for " + current_->name + " (scheme " + scheme +
+                  "), expected " + dims(p.shape));
+        }
+        continue;
+      }
+      claimed_.insert(tensor);
+      if (t->entry.shape != p.shape) {
+        problem("tensor '" + tensor + "' has shape " + dims(t->entry.shape) + ", expected " +
+                dims(p.shape) + " for scheme " + scheme + " of quant_model_description.json");
+        continue;
+      }
+      const DType dt = t->entry.dtype;
+      const bool weight_int = p.role == "weight" && scheme != "FLOAT";
+      if (weight_int ? dt != DType::kI8 : !is_float(dt)) {
+        problem("tensor '" + tensor + "' is " + std::string(dtype_name(dt)) +
+                ", but quant_model_description.json says " + scheme + " (expected " +
+                (weight_int ? "I8" : "F32, F16 or BF16") + ")");
+        continue;
+      }
+      p.dtype = dt;
+      if (expert) {
+        auto it = std::find_if(b.parts.begin(), b.parts.end(),
+                               [&](const StoredPart& q) { return q.role == p.role; });
+        if (it != b.parts.end()) {
+          it->tensors.push_back(tensor);
+          continue;
+        }
+      }
+      b.parts.push_back(p);
+    }
+    if (scheme == "FLOAT") {
+      if (!b.parts.empty()) dense(b, r, b.parts.front().dtype, name);
+    } else {
+      r.type = scheme == "W4A8_DYNAMIC" ? quant::Type::kModelSlimInt4 : quant::Type::kModelSlimInt8;
+      r.text =
+          "ModelSlim " + scheme +
+          (scheme == "W4A8_DYNAMIC" && d.group_size > 0 ? " group " + std::to_string(d.group_size)
+                                                        : std::string(""));
+    }
+  }
+
+  void bind_kv_b(Binding& b) {
+    ask(b.repr, Capability::kSplitGgufKvB);
+    const ModelConfig& c = ck_.config();
+    const std::int64_t H = c.num_attention_heads, L = c.kv_lora_rank, nope = c.qk_nope_head_dim,
+                       v = c.v_head_dim;
+    if (b.repr.answer) {
+      // llama.cpp's split: K stays Q4_0, V stays Q2_K, and they must remain separate.
+      const std::string layer = "blk." + std::to_string(b.spec.layer) + ".";
+      const StoredTensor* k =
+          need(layer + "attn_k_b.weight", {H, L, nope},
+               " (split_gguf_kv_b is true for format " + std::string(fmt_.name()) + ")");
+      const StoredTensor* vb =
+          need(layer + "attn_v_b.weight", {H, v, L},
+               " (split_gguf_kv_b is true for format " + std::string(fmt_.name()) + ")");
+      if (ck_.find(layer + "attn_kv_b.weight")) {
+        claimed_.insert(layer + "attn_kv_b.weight");
+        problem("tensor '" + layer +
+                "attn_kv_b.weight' is stored although capability split_gguf_kv_b "
+                "selects attn_k_b + attn_v_b");
+      }
+      if (!k || !vb) return;
+      if (k->entry.dtype != DType::kQ4_0) {
+        problem("capability split_gguf_kv_b: MLA K projection '" + k->entry.name +
+                "' must remain GGUF Q4_0, got " + std::string(dtype_name(k->entry.dtype)));
+      }
+      if (vb->entry.dtype != DType::kQ2_K) {
+        problem("capability split_gguf_kv_b: MLA V projection '" + vb->entry.name +
+                "' must remain GGUF Q2_K, got " + std::string(dtype_name(vb->entry.dtype)));
+      }
+      StoredPart kp = part("k_b", *k);
+      kp.row_div = nope + v;  // logical kv_b rows of one head map to one stored head
+      StoredPart vp = part("v_b", *vb);
+      vp.row_div = nope + v;
+      b.parts.push_back(kp);
+      b.parts.push_back(vp);
+      b.repr.type = quant::Type::kQ4_0;
+      b.repr.text = "split K Q4_0 " + dims(k->entry.shape) + " + V Q2_K " + dims(vb->entry.shape);
+      return;
+    }
+    // Dense kv_b_proj: one [H*(nope+v), kv_lora] tensor, also in formats that quantize other
+    // matrices (ModelSlim keeps it FLOAT).
+    const std::string name = stored_name(b.spec.name);
+    const std::string why = " (split_gguf_kv_b is false for format " + std::string(fmt_.name()) +
+                            ", so kv_b_proj must be one dense tensor)";
+    const StoredTensor* t = need(name, b.spec.shape, why);
+    if (!t) return;
+    if (fmt_.kind() == FormatKind::kModelSlim) {
+      const std::string scheme = ck_.modelslim()->scheme_of(name);
+      if (!scheme.empty() && scheme != "FLOAT") {
+        problem("quant_model_description.json marks '" + name + "' as " + scheme +
+                "; Kimi-K3's ModelSlim kv_b_proj must be a dense FLOAT tensor");
+      }
+    }
+    b.parts.push_back(part("weight", *t));
+    dense(b, b.repr, t->entry.dtype, name);
+    b.repr.text = "dense kv_b_proj " + std::string(dtype_name(t->entry.dtype));
+  }
+
+  void bind_latent(Binding& b) {
+    Representation outer;
+    ask(outer, Capability::kQuantizedLatentProjections);
+    const std::string name = stored_name(b.spec.name);
+    if (outer.answer) {
+      bind_linear(b, name, b.spec.shape, b.repr);
+    } else {
+      const StoredTensor* t = need(name, b.spec.shape, "");
+      if (!t) return;
+      b.parts.push_back(part("weight", *t));
+      if (!is_float(t->entry.dtype)) {
+        problem("capability quantized_latent_projections is false for format " +
+                std::string(fmt_.name()) + ": '" + name + "' must be dense F32, F16 or BF16, got " +
+                std::string(dtype_name(t->entry.dtype)));
+        return;
+      }
+      dense(b, b.repr, t->entry.dtype, name);
+    }
+    b.repr.text += outer.answer ? " (quantized_latent_projections)" : "";
+    b.repr.asked = outer.asked;
+    b.repr.answer = outer.answer;
+  }
+
+  void bind_experts(Binding& b) {
+    const ModelConfig& c = ck_.config();
+    const std::int64_t E = b.spec.shape[0], out = b.spec.shape[1], in = b.spec.shape[2];
+    const std::string which = b.spec.name.substr(b.spec.name.size() - 2);  // w1, w2, w3
+    const std::string layer_prefix = ck_.name_prefix() + "model.layers." +
+                                     std::to_string(b.spec.layer) + ".block_sparse_moe.experts.";
+    auto expert_name = [&](std::int64_t e, const char* suffix) {
+      return layer_prefix + std::to_string(e) + "." + which + suffix;
+    };
+    (void)c;
+    if (fmt_.has(Capability::kFp4RoutedExperts)) {
+      ask(b.repr, Capability::kFp4RoutedExperts);
+      if (in % 32 != 0) {
+        problem(b.spec.name + ": " + std::to_string(in) +
+                " input columns are not a multiple of the MXFP4 group of 32");
+        return;
+      }
+      StoredPart packed{"packed", {}, DType::kU8, {out, in / 2}, 1, 2, false};
+      StoredPart scale{"e8m0", {}, DType::kU8, {out, in / 32}, 1, 32, false};
+      for (std::int64_t e = 0; e < E; ++e) {
+        for (StoredPart* p : {&packed, &scale}) {
+          const std::string name =
+              expert_name(e, p == &packed ? ".weight_packed" : ".weight_scale");
+          const StoredTensor* t = need(name, p->shape, "");
+          if (!t) continue;
+          if (t->entry.dtype != DType::kU8) {
+            problem("capability fp4_routed_experts: '" + name +
+                    "' must be U8 (compressed-tensors MXFP4), got " +
+                    std::string(dtype_name(t->entry.dtype)));
+          }
+          p->tensors.push_back(name);
+        }
+      }
+      b.parts = {packed, scale};
+      b.repr.type = quant::Type::kMXFP4Packed;
+      b.repr.text = "MXFP4 (compressed-tensors weight_packed + weight_scale)";
+      return;
+    }
+    if (fmt_.has(Capability::kGgmlBlockExperts)) {
+      ask(b.repr, Capability::kGgmlBlockExperts);
+      const std::string name = stored_name(b.spec.name);
+      const StoredTensor* t = need(name, b.spec.shape, "");
+      if (!t) return;
+      const auto q = quant_type_of(t->entry.dtype);
+      if (!q) {
+        problem("tensor '" + name + "' is " + std::string(dtype_name(t->entry.dtype)) +
+                ", expected a ggml block type (Q2_K, Q3_K, MXFP4, ...)");
+        return;
+      }
+      b.parts.push_back(part("weight", *t));
+      b.repr.type = *q;
+      b.repr.text = std::string(dtype_name(t->entry.dtype)) + " stacked (ggml)";
+      return;
+    }
+    if (fmt_.has(Capability::kModelSlimQuantization)) {
+      ask(b.repr, Capability::kModelSlimQuantization);
+      for (std::int64_t e = 0; e < E; ++e)
+        bind_modelslim(b, expert_name(e, ".weight"), {out, in}, b.repr, e);
+      for (const StoredPart& p : b.parts) {
+        if (p.role != "offset" && p.role != "group_offset" &&
+            p.tensors.size() != static_cast<std::size_t>(E)) {
+          problem(b.spec.name + ": part " + p.role + " found for " +
+                  std::to_string(p.tensors.size()) + " of " + std::to_string(E) + " experts");
+        }
+      }
+      return;
+    }
+    StoredPart dense_part{"weight", {}, DType::kBF16, {out, in}, 1, 1, false};
+    for (std::int64_t e = 0; e < E; ++e) {
+      const std::string name = expert_name(e, ".weight");
+      if (const StoredTensor* t = need(name, dense_part.shape, "")) {
+        dense_part.dtype = t->entry.dtype;
+        dense_part.tensors.push_back(name);
+      }
+    }
+    b.parts = {dense_part};
+    dense(b, b.repr, dense_part.dtype, b.spec.name);
+  }
+
+  const Checkpoint& ck_;
+  const Format& fmt_;
+  BindResult& out_;
+  const ParamSpec* current_ = nullptr;
+  std::set<std::string> claimed_;
+};
+
+}  // namespace
+
+std::string gguf_name(const std::string& logical, const ModelConfig& config) {
+  if (logical == "model.embed_tokens.weight") return "token_embd.weight";
+  if (logical == "model.norm.weight") return "output_norm.weight";
+  if (logical == "model.output_attn_res_score") return "output_res_score.weight";
+  if (logical == "lm_head.weight") return "output.weight";
+  static const std::regex kLayer(R"(model\.layers\.(\d+)\.(.+))");
+  std::smatch m;
+  if (std::regex_match(logical, m, kLayer)) {
+    if (m[2].str() == "self_attn.g_proj.weight") {
+      return "blk." + m[1].str() +
+             (config.is_mla_layer(std::stoi(m[1].str())) ? ".attn_gate.weight" : ".ssm_g.weight");
+    }
+    for (const auto& [from, to] : layer_gguf_names()) {
+      if (m[2].str() == from) return "blk." + m[1].str() + "." + to;
+    }
+  }
+  throw InternalError("no GGUF name for parameter " + logical);
+}
+
+BindResult bind_parameters(const Checkpoint& checkpoint, const std::vector<ParamSpec>& specs) {
+  BindResult out;
+  Binder(checkpoint, out).bind_all(specs);
+  return out;
+}
+
+}  // namespace k3::model

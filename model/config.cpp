@@ -1,0 +1,334 @@
+#include "model/config.h"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "quant/error.h"
+
+namespace k3::model {
+
+using nlohmann::json;
+
+bool ModelConfig::is_mla_layer(int layer) const {
+  return std::find(full_attn_layers.begin(), full_attn_layers.end(), layer + 1) !=
+         full_attn_layers.end();
+}
+
+bool ModelConfig::is_dense_layer(int layer) const { return layer < first_k_dense_replace; }
+
+void ModelConfig::validate(const std::string& source) const {
+  auto fail = [&](const std::string& what) {
+    throw InputError(source + ": invalid Kimi-K3 config: " + what);
+  };
+  auto positive = [&](const char* name, long long v) {
+    if (v <= 0) fail(std::string(name) + " = " + std::to_string(v) + ", expected > 0");
+  };
+  positive("hidden_size", hidden_size);
+  positive("num_hidden_layers", num_hidden_layers);
+  positive("vocab_size", vocab_size);
+  positive("intermediate_size", intermediate_size);
+  positive("num_attention_heads", num_attention_heads);
+  positive("q_lora_rank", q_lora_rank);
+  positive("kv_lora_rank", kv_lora_rank);
+  positive("qk_nope_head_dim", qk_nope_head_dim);
+  positive("qk_rope_head_dim", qk_rope_head_dim);
+  positive("v_head_dim", v_head_dim);
+  positive("num_experts", num_experts);
+  positive("num_experts_per_token", num_experts_per_token);
+  positive("moe_intermediate_size", moe_intermediate_size);
+  positive("routed_expert_hidden_size", routed_expert_hidden_size);
+  positive("attn_res_block_size", attn_res_block_size);
+  positive("linear_attn_config.num_heads", kda_num_heads);
+  positive("linear_attn_config.head_dim", kda_head_dim);
+  positive("linear_attn_config.short_conv_kernel_size", kda_conv_kernel);
+  if (num_shared_experts < 0) fail("num_shared_experts < 0");
+  if (first_k_dense_replace < 0 || first_k_dense_replace > num_hidden_layers) {
+    fail("first_k_dense_replace = " + std::to_string(first_k_dense_replace) +
+         " outside [0, num_hidden_layers]");
+  }
+  if (num_experts_per_token > num_experts) {
+    fail("num_experts_per_token = " + std::to_string(num_experts_per_token) + " exceeds " +
+         "num_experts = " + std::to_string(num_experts));
+  }
+  if (vocab_size <= kReservedSpecialTokens) {
+    fail("vocab_size = " + std::to_string(vocab_size) + " leaves no room for the " +
+         std::to_string(kReservedSpecialTokens) + " reserved special tokens");
+  }
+  if (!(rms_norm_eps > 0 && rms_norm_eps < 1)) fail("rms_norm_eps outside (0, 1)");
+  std::set<int> seen;
+  for (int l : full_attn_layers) {
+    if (l < 1 || l > num_hidden_layers) {
+      fail("full_attn_layers entry " + std::to_string(l) + " outside 1.." +
+           std::to_string(num_hidden_layers) + " (the list is 1-based)");
+    }
+    if (!seen.insert(l).second)
+      fail("full_attn_layers lists layer " + std::to_string(l) + " twice");
+  }
+  for (int id : {bos_token_id, eos_token_id, pad_token_id}) {
+    if (id < 0 || id >= vocab_size) {
+      fail("special token id " + std::to_string(id) + " outside the vocabulary of " +
+           std::to_string(vocab_size));
+    }
+  }
+}
+
+ModelConfig preset_config(const std::string& name) {
+  ModelConfig c;
+  if (name == "tiny") {
+    // Every split the tests use divides: 16 heads and a 4352 vocabulary over attention-TP 16,
+    // 64 experts over EP 64; K-quant rows (kv_lora, latent, expert intermediate) are 256.
+    c.hidden_size = 512;
+    c.num_hidden_layers = 6;
+    c.vocab_size = 4096 + ModelConfig::kReservedSpecialTokens;
+    c.intermediate_size = 1024;
+    c.num_attention_heads = 16;
+    c.q_lora_rank = 128;
+    c.kv_lora_rank = 256;
+    c.qk_nope_head_dim = 32;
+    c.qk_rope_head_dim = 16;
+    c.v_head_dim = 32;
+    c.num_experts = 64;
+    c.num_experts_per_token = 4;
+    c.num_shared_experts = 2;
+    c.moe_intermediate_size = 256;
+    c.routed_expert_hidden_size = 256;
+    c.attn_res_block_size = 3;
+    c.kda_num_heads = 16;
+    c.kda_head_dim = 32;
+    c.full_attn_layers = {3, 6};
+    c.bos_token_id = 4096;
+    c.eos_token_id = 4096 + 2;
+    c.pad_token_id = 4096 + 255;
+  } else if (name == "full") {
+    c.hidden_size = 7168;
+    c.num_hidden_layers = 93;
+    c.vocab_size = 163840;
+    c.intermediate_size = 33792;
+    c.num_attention_heads = 96;
+    c.q_lora_rank = 1536;
+    c.kv_lora_rank = 512;
+    c.qk_nope_head_dim = 128;
+    c.qk_rope_head_dim = 64;
+    c.v_head_dim = 128;
+    c.num_experts = 896;
+    c.num_experts_per_token = 16;
+    c.num_shared_experts = 2;
+    c.moe_intermediate_size = 3072;
+    c.routed_expert_hidden_size = 3584;
+    c.attn_res_block_size = 12;
+    c.kda_num_heads = 96;
+    c.kda_head_dim = 128;
+    for (int l = 4; l <= 92; l += 4) c.full_attn_layers.push_back(l);
+    c.full_attn_layers.push_back(93);
+    c.bos_token_id = 163584;
+    c.eos_token_id = 163586;
+    c.pad_token_id = 163839;
+  } else {
+    throw UsageError("unknown preset '" + name + "' (expected tiny or full)");
+  }
+  c.validate("preset " + name);
+  return c;
+}
+
+namespace {
+
+// Typed, strict access to one JSON object, naming the file and key on every error.
+class Reader {
+ public:
+  Reader(const json& object, std::string source, std::string prefix)
+      : object_(object), source_(std::move(source)), prefix_(std::move(prefix)) {}
+
+  const json& at(const char* key) const {
+    auto it = object_.find(key);
+    if (it == object_.end()) throw InputError(source_ + ": missing key '" + prefix_ + key + "'");
+    return *it;
+  }
+  bool has(const char* key) const { return object_.contains(key); }
+
+  int integer(const char* key) const {
+    const json& v = at(key);
+    if (!v.is_number_integer()) type_error(key, "an integer", v);
+    const auto x = v.get<long long>();
+    if (x < INT32_MIN || x > INT32_MAX) type_error(key, "a 32-bit integer", v);
+    return static_cast<int>(x);
+  }
+  int integer_or(const char* key, int fallback) const { return has(key) ? integer(key) : fallback; }
+  double number(const char* key) const {
+    const json& v = at(key);
+    if (!v.is_number()) type_error(key, "a number", v);
+    return v.get<double>();
+  }
+  double number_or(const char* key, double fallback) const {
+    return has(key) ? number(key) : fallback;
+  }
+  std::string string(const char* key) const {
+    const json& v = at(key);
+    if (!v.is_string()) type_error(key, "a string", v);
+    return v.get<std::string>();
+  }
+  bool boolean_or(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = at(key);
+    if (!v.is_boolean()) type_error(key, "true or false", v);
+    return v.get<bool>();
+  }
+  std::vector<int> integers(const char* key) const {
+    const json& v = at(key);
+    if (!v.is_array()) type_error(key, "an array of integers", v);
+    std::vector<int> out;
+    for (const json& x : v) {
+      if (!x.is_number_integer()) type_error(key, "an array of integers", v);
+      out.push_back(x.get<int>());
+    }
+    return out;
+  }
+  Reader object(const char* key) const {
+    const json& v = at(key);
+    if (!v.is_object()) type_error(key, "an object", v);
+    return Reader(v, source_, prefix_ + key + ".");
+  }
+
+ private:
+  [[noreturn]] void type_error(const char* key, const char* expected, const json& v) const {
+    std::string shown = v.dump();
+    if (shown.size() > 40) shown = shown.substr(0, 40) + "...";
+    throw InputError(source_ + ": key '" + prefix_ + key + "' is " + shown + ", expected " +
+                     expected);
+  }
+  const json& object_;
+  std::string source_;
+  std::string prefix_;
+};
+
+}  // namespace
+
+ModelConfig parse_config_json(const json& root, const std::string& source) {
+  if (!root.is_object()) throw InputError(source + ": expected a JSON object");
+  Reader top(root, source, "");
+  const bool nested = top.has("text_config");
+  Reader r = nested ? top.object("text_config") : top;
+  ModelConfig c;
+  c.model_type = r.has("model_type") ? r.string("model_type") : "kimi_linear";
+  c.hidden_size = r.integer("hidden_size");
+  c.num_hidden_layers = r.integer("num_hidden_layers");
+  c.vocab_size = r.integer("vocab_size");
+  c.intermediate_size = r.integer("intermediate_size");
+  c.first_k_dense_replace = r.integer_or("first_k_dense_replace", 1);
+  c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-5);
+  if (r.has("hidden_act") && r.string("hidden_act") != "situ") {
+    throw InputError(source + ": key 'hidden_act' is \"" + r.string("hidden_act") +
+                     "\", expected \"situ\" (Kimi-K3)");
+  }
+  c.situ_beta = r.number_or("activation_situ_beta", 4.0);
+  c.situ_linear_beta = r.number_or("activation_situ_linear_beta", 25.0);
+  c.num_attention_heads = r.integer("num_attention_heads");
+  c.q_lora_rank = r.integer("q_lora_rank");
+  c.kv_lora_rank = r.integer("kv_lora_rank");
+  c.qk_nope_head_dim = r.integer("qk_nope_head_dim");
+  c.qk_rope_head_dim = r.integer("qk_rope_head_dim");
+  c.v_head_dim = r.integer("v_head_dim");
+  if (!r.boolean_or("mla_use_nope", true)) {
+    throw InputError(source + ": mla_use_nope is false; Kimi-K3 MLA has no rotary embedding");
+  }
+  c.num_experts = r.integer("num_experts");
+  c.num_experts_per_token = r.integer("num_experts_per_token");
+  c.num_shared_experts = r.integer_or("num_shared_experts", 0);
+  c.moe_intermediate_size = r.integer("moe_intermediate_size");
+  c.routed_expert_hidden_size = r.integer("routed_expert_hidden_size");
+  c.routed_scaling_factor = r.number_or("routed_scaling_factor", 1.0);
+  c.attn_res_block_size = r.integer("attn_res_block_size");
+  const Reader kda = r.object("linear_attn_config");
+  c.kda_num_heads = kda.integer("num_heads");
+  c.kda_head_dim = kda.integer("head_dim");
+  c.kda_conv_kernel = kda.integer_or("short_conv_kernel_size", 4);
+  c.kda_gate_lower_bound = kda.number_or("gate_lower_bound", -5.0);
+  c.full_attn_layers = kda.integers("full_attn_layers");
+  // Token ids live at the top level of the official release and in the text config of flat ones.
+  const Reader& ids = top.has("eos_token_id") ? top : r;
+  c.bos_token_id =
+      ids.integer_or("bos_token_id", c.vocab_size - ModelConfig::kReservedSpecialTokens);
+  c.eos_token_id = ids.integer_or("eos_token_id", c.bos_token_id + 2);
+  c.pad_token_id = ids.integer_or("pad_token_id", c.vocab_size - 1);
+  c.validate(source);
+  return c;
+}
+
+ModelConfig read_config_json(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError("cannot read " + path.string());
+  json root;
+  try {
+    root = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw InputError(path.string() + ": not valid JSON: " + e.what());
+  }
+  return parse_config_json(root, path.string());
+}
+
+json to_config_json(const ModelConfig& c) {
+  json kda_layers = json::array();
+  for (int l = 1; l <= c.num_hidden_layers; ++l) {
+    if (!c.is_mla_layer(l - 1)) kda_layers.push_back(l);
+  }
+  json text = {
+      {"model_type", c.model_type},
+      {"architectures", {"KimiLinearForCausalLM"}},
+      {"hidden_size", c.hidden_size},
+      {"num_hidden_layers", c.num_hidden_layers},
+      {"vocab_size", c.vocab_size},
+      {"intermediate_size", c.intermediate_size},
+      {"first_k_dense_replace", c.first_k_dense_replace},
+      {"moe_layer_freq", 1},
+      {"hidden_act", "situ"},
+      {"activation_situ_beta", c.situ_beta},
+      {"activation_situ_linear_beta", c.situ_linear_beta},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"num_attention_heads", c.num_attention_heads},
+      {"num_key_value_heads", c.num_attention_heads},
+      {"q_lora_rank", c.q_lora_rank},
+      {"kv_lora_rank", c.kv_lora_rank},
+      {"qk_nope_head_dim", c.qk_nope_head_dim},
+      {"qk_rope_head_dim", c.qk_rope_head_dim},
+      {"v_head_dim", c.v_head_dim},
+      {"mla_use_nope", true},
+      {"mla_use_output_gate", true},
+      {"num_experts", c.num_experts},
+      {"num_experts_per_token", c.num_experts_per_token},
+      {"num_shared_experts", c.num_shared_experts},
+      {"moe_intermediate_size", c.moe_intermediate_size},
+      {"routed_expert_hidden_size", c.routed_expert_hidden_size},
+      {"latent_moe_use_norm", true},
+      {"moe_router_activation_func", "sigmoid"},
+      {"moe_renormalize", true},
+      {"routed_scaling_factor", c.routed_scaling_factor},
+      {"use_grouped_topk", true},
+      {"num_expert_group", 1},
+      {"topk_group", 1},
+      {"topk_method", "noaux_tc"},
+      {"attn_res_block_size", c.attn_res_block_size},
+      {"num_nextn_predict_layers", 0},
+      {"tie_word_embeddings", false},
+      {"linear_attn_config",
+       {{"num_heads", c.kda_num_heads},
+        {"head_dim", c.kda_head_dim},
+        {"short_conv_kernel_size", c.kda_conv_kernel},
+        {"gate_lower_bound", c.kda_gate_lower_bound},
+        {"use_full_rank_gate", true},
+        {"full_attn_layers", c.full_attn_layers},
+        {"kda_layers", kda_layers}}},
+  };
+  return {
+      {"architectures", {"KimiK3ForConditionalGeneration"}},
+      {"model_type", "kimi_k3"},
+      {"bos_token_id", c.bos_token_id},
+      {"eos_token_id", c.eos_token_id},
+      {"pad_token_id", c.pad_token_id},
+      {"tie_word_embeddings", false},
+      {"dtype", "bfloat16"},
+      {"text_config", text},
+  };
+}
+
+}  // namespace k3::model

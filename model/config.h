@@ -1,0 +1,81 @@
+// model::ModelConfig: the Kimi-K3 text model's hyper-parameters, from config.json (official
+// release: under "text_config"; ModelSlim exports may be flat), from GGUF metadata, or from a
+// preset (the tiny synthetic model and the full-size shapes).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace k3::model {
+
+struct ModelConfig {
+  std::string model_type = "kimi_linear";
+  int hidden_size = 0;
+  int num_hidden_layers = 0;
+  int vocab_size = 0;         // padded: base vocabulary plus the 256 reserved special ids
+  int intermediate_size = 0;  // dense layers' MLP
+  int first_k_dense_replace = 1;
+  double rms_norm_eps = 1e-5;
+  double situ_beta = 4.0;
+  double situ_linear_beta = 25.0;
+
+  // Gated NoPE MLA
+  int num_attention_heads = 0;
+  int q_lora_rank = 0;
+  int kv_lora_rank = 0;
+  int qk_nope_head_dim = 0;
+  int qk_rope_head_dim = 0;
+  int v_head_dim = 0;
+
+  // LatentMoE
+  int num_experts = 0;
+  int num_experts_per_token = 0;
+  int num_shared_experts = 0;
+  int moe_intermediate_size = 0;
+  int routed_expert_hidden_size = 0;  // the latent width
+  double routed_scaling_factor = 1.0;
+
+  int attn_res_block_size = 0;
+
+  // KDA
+  int kda_num_heads = 0;
+  int kda_head_dim = 0;
+  int kda_conv_kernel = 4;
+  double kda_gate_lower_bound = -5.0;
+  std::vector<int> full_attn_layers;  // 1-based, as config.json stores them (MLA layers)
+
+  int bos_token_id = 0;
+  int eos_token_id = 0;  // <|end_of_msg|>, the stop token
+  int pad_token_id = 0;
+
+  // Derived views.
+  bool is_mla_layer(int layer) const;    // 0-based
+  bool is_dense_layer(int layer) const;  // 0-based: layer < first_k_dense_replace
+  int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  int kda_projection_size() const { return kda_num_heads * kda_head_dim; }
+  int shared_intermediate_size() const { return moe_intermediate_size * num_shared_experts; }
+  int base_vocab_size() const { return vocab_size - kReservedSpecialTokens; }
+
+  // Throws k3::InputError naming `source` and the field for any inconsistent value.
+  void validate(const std::string& source) const;
+
+  static constexpr int kReservedSpecialTokens = 256;
+};
+
+// The synthetic presets: "tiny" (divides cleanly for TP64/DP4/EP64, see ARCHITECTURE.md) and
+// "full" (the real Kimi-K3 shapes).
+ModelConfig preset_config(const std::string& name);
+
+// config.json: reads "text_config" when present, else the top level. Strict: a missing key or a
+// value of the wrong JSON type is an InputError naming the file and the key.
+ModelConfig parse_config_json(const nlohmann::json& json, const std::string& source);
+ModelConfig read_config_json(const std::filesystem::path& path);
+
+// The official release's layout: {"architectures": [...], "text_config": {...}, ...}.
+nlohmann::json to_config_json(const ModelConfig& config);
+
+}  // namespace k3::model

@@ -1,0 +1,294 @@
+#include "model/loader.h"
+
+#include <oneapi/tbb/parallel_for.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+
+#include "model/file.h"
+#include "quant/error.h"
+#include "quant/fp.h"
+
+namespace k3::model {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<float> to_floats(DType dtype, const Bytes& bytes, const std::string& what) {
+  std::vector<float> out;
+  switch (dtype) {
+    case DType::kF32:
+      out.resize(bytes.size() / 4);
+      std::memcpy(out.data(), bytes.data(), out.size() * 4);
+      break;
+    case DType::kBF16:
+    case DType::kF16:
+      out.resize(bytes.size() / 2);
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        const std::uint16_t h = quant::load_u16(bytes.data() + 2 * i);
+        out[i] = dtype == DType::kBF16 ? quant::bf16_to_f32(h) : quant::fp16_to_f32(h);
+      }
+      break;
+    default:
+      throw InternalError(what + ": cannot read " + std::string(dtype_name(dtype)) + " as floats");
+  }
+  return out;
+}
+
+Bytes float_bytes(const std::vector<float>& v) {
+  Bytes out(v.size() * 4);
+  std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+// Where one PartRead lands: reads of the same role (one per expert for per-expert parts) fill
+// one destination buffer back to back, so matrices are read straight into their final place.
+struct Destination {
+  const PlannedParam* param;
+  const PartRead* read;
+  Bytes* buffer;
+  std::uint64_t offset;
+};
+
+struct ParamBuffers {
+  std::map<std::string, Bytes> by_role;
+  std::map<std::string, DType> dtype;
+  std::map<std::string, std::vector<std::int64_t>> extent;  // of the first read of the role
+};
+
+bool has(const ParamBuffers& b, const std::string& role) { return b.by_role.count(role) != 0; }
+
+Weight materialize(const PlannedParam& pp, ParamBuffers& bufs) {
+  const Binding& b = *pp.binding;
+  Weight w;
+  w.name = b.spec.name;
+  w.box = pp.box;
+  w.shape = pp.box.extent();
+  w.type = b.repr.type;
+  auto floats = [&](const std::string& role) {
+    return to_floats(bufs.dtype.at(role), bufs.by_role.at(role), w.name);
+  };
+  switch (b.spec.family) {
+    case ParamFamily::kVector:
+      w.type = quant::Type::kF32;
+      w.data = float_bytes(floats("weight"));
+      break;
+    case ParamFamily::kAttnResScore: {
+      w.type = quant::Type::kF32;
+      if (has(bufs, "score")) {
+        w.data = float_bytes(floats("score"));
+      } else {
+        auto nv = floats("norm");
+        const auto pv = floats("proj");
+        for (std::size_t i = 0; i < nv.size(); ++i) nv[i] *= pv[i];
+        w.data = float_bytes(nv);
+      }
+      break;
+    }
+    case ParamFamily::kKdaDecay: {
+      w.type = quant::Type::kF32;
+      const bool folded = has(bufs, "ssm_a");
+      auto v = floats(folded ? "ssm_a" : "a_log");
+      for (float& x : v) x = folded ? -x : std::exp(x);
+      w.data = float_bytes(v);
+      break;
+    }
+    case ParamFamily::kMlaKvB:
+      if (has(bufs, "k_b")) {
+        for (auto [role, slot] : {std::pair{"k_b", &w.k_b}, std::pair{"v_b", &w.v_b}}) {
+          auto sub = std::make_unique<Weight>();
+          sub->name = w.name + "." + role;
+          sub->type = *quant_type_of(bufs.dtype.at(role));
+          sub->shape = bufs.extent.at(role);
+          sub->data = std::move(bufs.by_role.at(role));
+          *slot = std::move(sub);
+        }
+        w.type = w.k_b->type;
+        break;
+      }
+      [[fallthrough]];
+    default: {
+      // Matrices keep the bytes they were read into; only the small side arrays are converted.
+      const std::string main = has(bufs, "weight") ? "weight" : "packed";
+      if (main == "weight" && bufs.dtype.at(main) != DType::kI8)
+        w.type = *quant_type_of(bufs.dtype.at(main));
+      w.data = std::move(bufs.by_role.at(main));
+      if (has(bufs, "e8m0")) w.e8m0 = std::move(bufs.by_role.at("e8m0"));
+      for (auto [role, dst] :
+           {std::pair{"scale", &w.scale}, std::pair{"offset", &w.offset},
+            std::pair{"group_scale", &w.group_scale}, std::pair{"group_offset", &w.group_offset}}) {
+        if (has(bufs, role)) *dst = floats(role);
+      }
+      if (!w.group_scale.empty()) {
+        w.group_size =
+            static_cast<std::size_t>(w.shape.back() / (w.group_scale.size() / w.scale.size()));
+      }
+      break;
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
+LoadResult load(const Checkpoint& ck, const LoadPlan& plan, const ProgressFn& progress) {
+  const auto t0 = Clock::now();
+  std::vector<std::uint64_t> planned(ck.files().size(), 0);
+  // Allocate every destination once, at its final size.
+  std::vector<ParamBuffers> buffers(plan.params.size());
+  std::vector<Destination> dests;
+  for (std::size_t p = 0; p < plan.params.size(); ++p) {
+    const PlannedParam& pp = plan.params[p];
+    std::map<std::string, std::uint64_t> sizes;
+    for (const PartRead& r : pp.reads) sizes[r.role] += r.bytes;
+    for (const auto& [role, size] : sizes) buffers[p].by_role[role].resize(size);
+    std::map<std::string, std::uint64_t> at;
+    for (const PartRead& r : pp.reads) {
+      dests.push_back({&pp, &r, &buffers[p].by_role[r.role], at[r.role]});
+      at[r.role] += r.bytes;
+      buffers[p].dtype.emplace(r.role, r.dtype);
+      buffers[p].extent.emplace(r.role, r.box_extent);
+      planned[r.file] += r.bytes;
+    }
+  }
+  std::vector<std::optional<File>> files(ck.files().size());
+  for (std::size_t f = 0; f < ck.files().size(); ++f) {
+    if (planned[f]) files[f] = File::open_read(ck.files()[f]);  // only the shards this rank reads
+  }
+  // Read in file and offset order so each shard streams sequentially.
+  std::sort(dests.begin(), dests.end(), [](const Destination& a, const Destination& b) {
+    const std::uint64_t ao = a.read->runs.empty() ? 0 : a.read->runs.front().offset;
+    const std::uint64_t bo = b.read->runs.empty() ? 0 : b.read->runs.front().offset;
+    return a.read->file != b.read->file ? a.read->file < b.read->file : ao < bo;
+  });
+  std::vector<std::atomic<std::uint64_t>> remaining(ck.files().size());
+  std::size_t files_total = 0;
+  for (std::size_t f = 0; f < planned.size(); ++f) {
+    remaining[f] = planned[f];
+    files_total += planned[f] ? 1 : 0;
+  }
+  std::atomic<std::size_t> files_done{0};
+  std::atomic<std::uint64_t> bytes_done{0};
+  std::mutex progress_mutex;
+  oneapi::tbb::parallel_for(std::size_t{0}, dests.size(), [&](std::size_t k) {
+    const Destination& d = dests[k];
+    const PartRead& r = *d.read;
+    std::uint8_t* out = d.buffer->data() + d.offset;
+    for (const Run& run : r.runs) {
+      if (run.count == 1 || run.stride == run.length) {
+        files[r.file]->read_exact(out, run.bytes(), run.offset);  // contiguous
+        out += run.bytes();
+        continue;
+      }
+      // Strided (a column slice): read the covering span in bounded windows, keep the columns.
+      constexpr std::uint64_t kWindow = 8ull << 20;
+      const std::uint64_t rows_per_window = std::max<std::uint64_t>(1, kWindow / run.stride);
+      std::vector<std::uint8_t> window;
+      for (std::uint64_t i = 0; i < run.count; i += rows_per_window) {
+        const std::uint64_t rows = std::min(rows_per_window, run.count - i);
+        const std::uint64_t span = (rows - 1) * run.stride + run.length;
+        window.resize(span);
+        files[r.file]->read_exact(window.data(), span, run.offset + i * run.stride);
+        for (std::uint64_t j = 0; j < rows; ++j) {
+          std::memcpy(out, window.data() + j * run.stride, run.length);
+          out += run.length;
+        }
+      }
+    }
+    bytes_done += r.bytes;
+    if (remaining[r.file].fetch_sub(r.bytes) == r.bytes) {
+      const std::size_t done = ++files_done;
+      if (progress) {
+        std::lock_guard lock(progress_mutex);
+        progress({done, files_total, bytes_done.load(),
+                  std::chrono::duration<double>(Clock::now() - t0).count()});
+      }
+    }
+  });
+  LoadResult result;
+  result.stats.read_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  result.stats.bytes_read = bytes_done.load();
+  result.stats.files = files_total;
+  for (std::size_t p = 0; p < plan.params.size(); ++p) {
+    result.weights.add(materialize(plan.params[p], buffers[p]));
+    buffers[p] = {};
+  }
+  result.stats.total_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return result;
+}
+
+std::vector<std::string> audit(const Checkpoint& ck, const LoadPlan& plan,
+                               const WeightStore& weights) {
+  std::vector<std::string> problems;
+  const std::string who =
+      "rank " + std::to_string(plan.rank) + ", format " + std::string(ck.format().name());
+  auto report = [&](const Binding& b, const std::string& tensor, const std::string& expected,
+                    const std::string& actual) {
+    std::string cap = b.repr.asked ? std::string(capability_name(*b.repr.asked)) + "=" +
+                                         (b.repr.answer ? "true" : "false")
+                                   : "none";
+    problems.push_back(who + ", capability " + cap + ", tensor " + tensor + ": expected " +
+                       expected + ", got " + actual);
+  };
+  std::size_t seen = 0;
+  for (const PlannedParam& pp : plan.params) {
+    const Binding& b = *pp.binding;
+    if (!weights.has(b.spec.name)) {
+      report(b, b.spec.name, "a loaded weight", "nothing (placeholder left unfilled)");
+      continue;
+    }
+    ++seen;
+    const Weight& w = weights.get(b.spec.name);
+    const auto extent = pp.box.extent();
+    if (w.shape != extent)
+      report(b, w.name, "shape " + shape_string(extent), "shape " + shape_string(w.shape));
+    const bool vector_like = b.spec.family == ParamFamily::kVector ||
+                             b.spec.family == ParamFamily::kAttnResScore ||
+                             b.spec.family == ParamFamily::kKdaDecay;
+    const quant::Type want = vector_like ? quant::Type::kF32 : b.repr.type;
+    if (w.type != want && !(b.spec.family == ParamFamily::kMlaKvB && w.split_kv())) {
+      report(b, w.name, std::string(quant::name(want)), std::string(quant::name(w.type)));
+    }
+    if (b.spec.family == ParamFamily::kMlaKvB) {
+      const bool split = ck.format().has(Capability::kSplitGgufKvB);
+      if (split != w.split_kv()) {
+        report(b, w.name, split ? "split K/V" : "dense kv_b_proj",
+               w.split_kv() ? "split K/V" : "dense kv_b_proj");
+      }
+      if (w.split_kv()) {
+        if (w.k_b->type != quant::Type::kQ4_0) {
+          report(b, w.k_b->name, "MLA K projection in GGUF Q4_0",
+                 std::string(quant::name(w.k_b->type)));
+        }
+        if (w.v_b->type != quant::Type::kQ2_K) {
+          report(b, w.v_b->name, "MLA V projection in GGUF Q2_K",
+                 std::string(quant::name(w.v_b->type)));
+        }
+        continue;
+      }
+      if (w.type != quant::Type::kF32 && w.type != quant::Type::kF16 &&
+          w.type != quant::Type::kBF16) {
+        report(b, w.name, "a dense floating-point kv_b_proj", std::string(quant::name(w.type)));
+      }
+    }
+    try {
+      quant::validate(w.view());
+    } catch (const Error& e) {
+      report(b, w.name, "a consistent " + std::string(quant::name(w.type)) + " matrix", e.what());
+    }
+  }
+  if (seen != weights.all().size()) {
+    problems.push_back(who + ": " + std::to_string(weights.all().size() - seen) +
+                       " weights loaded that the plan never asked for");
+  }
+  return problems;
+}
+
+}  // namespace k3::model

@@ -1,0 +1,187 @@
+#include "model/parameters.h"
+
+#include "quant/error.h"
+
+namespace k3::model {
+
+using dist::GroupKind;
+
+namespace {
+
+class Builder {
+ public:
+  explicit Builder(std::vector<ParamSpec>& out) : out_(out) {}
+  void add(std::string name, int layer, ParamFamily family, std::vector<std::int64_t> shape,
+           SplitKind split = SplitKind::kReplicated, GroupKind group = GroupKind::kWorld,
+           std::int64_t unit = 1, bool expert_cols = false) {
+    out_.push_back(
+        {std::move(name), layer, family, std::move(shape), split, group, unit, expert_cols});
+  }
+
+ private:
+  std::vector<ParamSpec>& out_;
+};
+
+}  // namespace
+
+std::vector<ParamSpec> kimi_k3_parameters(const ModelConfig& c, const dist::Layout& layout) {
+  std::vector<ParamSpec> out;
+  Builder b(out);
+  const std::int64_t H = c.hidden_size, V = c.vocab_size;
+  const auto A = GroupKind::kAttnTp;
+  using F = ParamFamily;
+  using S = SplitKind;
+  // Under DP attention the embedding is vocabulary-parallel over the attention-TP group (which
+  // is the TP group without DP attention); the LM head follows --enable-dp-lm-head.
+  b.add("model.embed_tokens.weight", -1, F::kEmbedding, {V, H}, S::kRows, A);
+  b.add("model.norm.weight", -1, F::kVector, {H});
+  b.add("model.output_attn_res_score", -1, F::kAttnResScore, {H});
+  b.add("lm_head.weight", -1, F::kLinear, {V, H}, S::kRows, layout.lm_head_group());
+
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    b.add(p + "input_layernorm.weight", l, F::kVector, {H});
+    b.add(p + "post_attention_layernorm.weight", l, F::kVector, {H});
+    b.add(p + "self_attention_res_score", l, F::kAttnResScore, {H});
+    b.add(p + "mlp_res_score", l, F::kAttnResScore, {H});
+    const std::string a = p + "self_attn.";
+    if (c.is_mla_layer(l)) {
+      const std::int64_t heads = c.num_attention_heads;
+      b.add(a + "q_a_proj.weight", l, F::kLinear, {c.q_lora_rank, H});
+      b.add(a + "q_a_layernorm.weight", l, F::kVector, {c.q_lora_rank});
+      b.add(a + "q_b_proj.weight", l, F::kLinear, {heads * c.qk_head_dim(), c.q_lora_rank},
+            S::kRows, A, c.qk_head_dim());
+      b.add(a + "kv_a_proj_with_mqa.weight", l, F::kLinear,
+            {c.kv_lora_rank + c.qk_rope_head_dim, H});
+      b.add(a + "kv_a_layernorm.weight", l, F::kVector, {c.kv_lora_rank});
+      b.add(a + "kv_b_proj.weight", l, F::kMlaKvB,
+            {heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank}, S::kRows, A,
+            c.qk_nope_head_dim + c.v_head_dim);
+      b.add(a + "g_proj.weight", l, F::kLinear, {heads * c.v_head_dim, H}, S::kRows, A,
+            c.v_head_dim);
+      b.add(a + "o_proj.weight", l, F::kLinear, {H, heads * c.v_head_dim}, S::kCols, A,
+            c.v_head_dim);
+    } else {
+      const std::int64_t P = c.kda_projection_size(), D = c.kda_head_dim;
+      for (const char* x : {"q", "k", "v"}) {
+        b.add(a + x + "_proj.weight", l, F::kLinear, {P, H}, S::kRows, A, D);
+        b.add(a + x + "_conv1d.weight", l, F::kVector, {P, 1, c.kda_conv_kernel}, S::kRows, A, D);
+      }
+      b.add(a + "f_a_proj.weight", l, F::kLinear, {D, H});
+      b.add(a + "f_b_proj.weight", l, F::kLinear, {P, D}, S::kRows, A, D);
+      b.add(a + "b_proj.weight", l, F::kLinear, {c.kda_num_heads, H}, S::kRows, A, 1);
+      b.add(a + "decay", l, F::kKdaDecay, {c.kda_num_heads}, S::kRows, A, 1);
+      b.add(a + "dt_bias", l, F::kVector, {P}, S::kRows, A, D);
+      b.add(a + "o_norm.weight", l, F::kVector, {D});
+      b.add(a + "g_proj.weight", l, F::kLinear, {P, H}, S::kRows, A, D);
+      b.add(a + "o_proj.weight", l, F::kLinear, {H, P}, S::kCols, A, D);
+    }
+    if (c.is_dense_layer(l)) {
+      const auto G = layout.dense_mlp_group();
+      const std::int64_t I = c.intermediate_size;
+      b.add(p + "mlp.gate_proj.weight", l, F::kLinear, {I, H}, S::kRows, G);
+      b.add(p + "mlp.up_proj.weight", l, F::kLinear, {I, H}, S::kRows, G);
+      b.add(p + "mlp.down_proj.weight", l, F::kLinear, {H, I}, S::kCols, G);
+      continue;
+    }
+    const std::string m = p + "block_sparse_moe.";
+    const std::int64_t E = c.num_experts, L = c.routed_expert_hidden_size,
+                       I = c.moe_intermediate_size;
+    b.add(m + "gate.weight", l, F::kLinear, {E, H});
+    b.add(m + "gate.e_score_correction_bias", l, F::kVector, {E});
+    b.add(m + "routed_expert_down_proj.weight", l, F::kLatentProjection, {L, H});
+    b.add(m + "routed_expert_norm.weight", l, F::kVector, {L});
+    b.add(m + "routed_expert_up_proj.weight", l, F::kLatentProjection, {H, L});
+    b.add(m + "experts.w1", l, F::kRoutedExpert, {E, I, L}, S::kExperts, GroupKind::kMoeEp);
+    b.add(m + "experts.w3", l, F::kRoutedExpert, {E, I, L}, S::kExperts, GroupKind::kMoeEp);
+    b.add(m + "experts.w2", l, F::kRoutedExpert, {E, L, I}, S::kExperts, GroupKind::kMoeEp, 1,
+          true);
+    if (c.num_shared_experts > 0) {
+      const auto G = layout.shared_experts_group();
+      const std::int64_t S_ = c.shared_intermediate_size();
+      b.add(m + "shared_experts.gate_proj.weight", l, F::kLinear, {S_, H}, S::kRows, G);
+      b.add(m + "shared_experts.up_proj.weight", l, F::kLinear, {S_, H}, S::kRows, G);
+      b.add(m + "shared_experts.down_proj.weight", l, F::kLinear, {H, S_}, S::kCols, G);
+    }
+  }
+  return out;
+}
+
+std::vector<std::int64_t> SliceBox::extent() const {
+  std::vector<std::int64_t> e(begin.size());
+  for (std::size_t i = 0; i < begin.size(); ++i) e[i] = end[i] - begin[i];
+  return e;
+}
+
+bool SliceBox::full(const std::vector<std::int64_t>& shape) const {
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (begin[i] != 0 || end[i] != shape[i]) return false;
+  }
+  return true;
+}
+
+namespace {
+
+// Shard `index` of `count` along a dimension of `size` in units of `unit`.
+void split_dim(SliceBox& box, std::size_t dim, std::int64_t size, std::int64_t unit, int index,
+               int count, const ParamSpec& spec, std::string_view group) {
+  if (size % unit != 0 || (size / unit) % count != 0) {
+    throw InputError("parameter " + spec.name + ": dimension " + std::to_string(dim) + " of " +
+                     std::to_string(size) + " (" +
+                     std::to_string(size / std::max<std::int64_t>(unit, 1)) + " units of " +
+                     std::to_string(unit) + ") does not divide over the " + std::to_string(count) +
+                     " ranks of the " + std::string(group) + " group");
+  }
+  const std::int64_t per = size / count;
+  box.begin[dim] = per * index;
+  box.end[dim] = per * (index + 1);
+}
+
+}  // namespace
+
+SliceBox slice_for_rank(const ParamSpec& spec, const dist::Layout& layout, int rank) {
+  SliceBox box;
+  box.begin.assign(spec.shape.size(), 0);
+  box.end = spec.shape;
+  const dist::RankCoords c = layout.coords(rank);
+  auto position = [&](GroupKind g) -> std::pair<int, int> {
+    switch (g) {
+      case GroupKind::kTp:
+        return {c.tp_rank, layout.tp()};
+      case GroupKind::kAttnTp:
+        return {c.attn_tp_rank, layout.attn_tp()};
+      case GroupKind::kMoeEp:
+        return {c.moe_ep_rank, layout.ep()};
+      case GroupKind::kMoeTp:
+        return {c.moe_tp_rank, layout.moe_tp()};
+      default:
+        return {0, 1};
+    }
+  };
+  switch (spec.split) {
+    case SplitKind::kReplicated:
+      break;
+    case SplitKind::kRows: {
+      auto [i, n] = position(spec.group);
+      split_dim(box, 0, spec.shape[0], spec.unit, i, n, spec, group_kind_name(spec.group));
+      break;
+    }
+    case SplitKind::kCols: {
+      auto [i, n] = position(spec.group);
+      const std::size_t last = spec.shape.size() - 1;
+      split_dim(box, last, spec.shape[last], spec.unit, i, n, spec, group_kind_name(spec.group));
+      break;
+    }
+    case SplitKind::kExperts: {
+      auto [e, ne] = position(GroupKind::kMoeEp);
+      split_dim(box, 0, spec.shape[0], 1, e, ne, spec, "moe-ep");
+      auto [t, nt] = position(GroupKind::kMoeTp);
+      const std::size_t dim = spec.expert_split_cols ? 2 : 1;
+      split_dim(box, dim, spec.shape[dim], 1, t, nt, spec, "moe-tp");
+      break;
+    }
+  }
+  return box;
+}
+
+}  // namespace k3::model

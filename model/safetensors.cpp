@@ -1,0 +1,241 @@
+#include "model/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "model/file.h"
+#include "quant/error.h"
+
+namespace k3::model {
+
+using nlohmann::json;
+
+namespace {
+
+[[noreturn]] void fail(const std::string& source, const std::string& what) {
+  throw InputError(source + ": " + what);
+}
+
+std::uint64_t read_u64_le(const std::uint8_t* p) {
+  std::uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+std::string tensor_label(const std::string& name) { return "tensor '" + name + "'"; }
+
+}  // namespace
+
+SafetensorsHeader parse_safetensors_header(std::span<const std::uint8_t> prefix,
+                                           std::uint64_t file_size, const std::string& source) {
+  if (file_size < 8 || prefix.size() < 8) {
+    fail(source, "file of " + std::to_string(file_size) +
+                     " bytes is too short for the 8-byte safetensors header length");
+  }
+  const std::uint64_t header_len = read_u64_le(prefix.data());
+  if (header_len > kMaxSafetensorsHeader) {
+    fail(source, "header length " + std::to_string(header_len) + " exceeds the " +
+                     std::to_string(kMaxSafetensorsHeader) +
+                     "-byte limit (not a safetensors file?)");
+  }
+  if (header_len > file_size - 8) {
+    fail(source, "header length " + std::to_string(header_len) + " runs past the end of the " +
+                     std::to_string(file_size) + "-byte file (truncated?)");
+  }
+  if (prefix.size() < 8 + header_len) {
+    throw InternalError(source + ": header prefix not fully read");
+  }
+  SafetensorsHeader h;
+  h.path = source;
+  h.file_size = file_size;
+  h.data_start = 8 + header_len;
+  const std::string_view text(reinterpret_cast<const char*>(prefix.data() + 8), header_len);
+
+  // nlohmann keeps the last of duplicate keys silently; a lying header must not get that far.
+  std::set<std::string> top_keys;
+  std::string duplicate;
+  json root;
+  try {
+    root = json::parse(text, [&](int depth, json::parse_event_t event, json& parsed) {
+      if (depth == 1 && event == json::parse_event_t::key) {
+        const auto key = parsed.get<std::string>();
+        if (!top_keys.insert(key).second && duplicate.empty()) duplicate = key;
+      }
+      return true;
+    });
+  } catch (const json::exception& e) {
+    fail(source, std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!duplicate.empty()) fail(source, "header names " + tensor_label(duplicate) + " twice");
+  if (!root.is_object()) fail(source, "header is not a JSON object");
+
+  const std::uint64_t data_size = file_size - h.data_start;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string& name = it.key();
+    const json& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) fail(source, "__metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string())
+          fail(source, "__metadata__ value '" + m.key() + "' is not a string");
+        h.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets")) {
+      fail(source, tensor_label(name) + " needs an object with dtype, shape and data_offsets");
+    }
+    TensorEntry t;
+    t.name = name;
+    const json& dtype = v["dtype"];
+    if (!dtype.is_string()) fail(source, tensor_label(name) + ": dtype is not a string");
+    const auto parsed = dtype_from_safetensors(dtype.get<std::string>());
+    if (!parsed) {
+      fail(source, tensor_label(name) + ": dtype '" + dtype.get<std::string>() +
+                       "' is not supported (F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
+    }
+    t.dtype = *parsed;
+    const json& shape = v["shape"];
+    if (!shape.is_array() || shape.size() > 8) {
+      fail(source, tensor_label(name) + ": shape must be an array of at most 8 dimensions");
+    }
+    for (const json& d : shape) {
+      if (!d.is_number_unsigned()) {
+        fail(source, tensor_label(name) + ": shape " + shape.dump() +
+                         " has a non-integer or negative dimension");
+      }
+      t.shape.push_back(
+          static_cast<std::int64_t>(std::min<std::uint64_t>(d.get<std::uint64_t>(), INT64_MAX)));
+    }
+    const json& offsets = v["data_offsets"];
+    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+        !offsets[1].is_number_unsigned()) {
+      fail(source, tensor_label(name) + ": data_offsets must be two non-negative integers, got " +
+                       offsets.dump());
+    }
+    const auto begin = offsets[0].get<std::uint64_t>();
+    const auto end = offsets[1].get<std::uint64_t>();
+    if (begin > end) {
+      fail(source, tensor_label(name) + ": data_offsets [" + std::to_string(begin) + ", " +
+                       std::to_string(end) + "] end before they begin");
+    }
+    const auto expected = tensor_bytes(t.dtype, t.shape);
+    if (!expected)
+      fail(source, tensor_label(name) + ": shape " + shape_string(t.shape) + " overflows");
+    if (end - begin != *expected) {
+      fail(source, tensor_label(name) + ": data_offsets [" + std::to_string(begin) + ", " +
+                       std::to_string(end) + "] hold " + std::to_string(end - begin) +
+                       " bytes, but " + std::string(dtype_name(t.dtype)) + " " +
+                       shape_string(t.shape) + " needs " + std::to_string(*expected));
+    }
+    if (end > data_size) {
+      fail(source, "file is truncated: " + tensor_label(name) + " ends at byte " +
+                       std::to_string(h.data_start + end) + " but the file has " +
+                       std::to_string(file_size) + " bytes");
+    }
+    t.offset = h.data_start + begin;
+    t.nbytes = end - begin;
+    h.tensors.push_back(std::move(t));
+  }
+  std::sort(h.tensors.begin(), h.tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
+    return a.offset != b.offset ? a.offset < b.offset : a.nbytes < b.nbytes;
+  });
+  // The data section is tiled exactly: no overlap, no hole (as the safetensors spec requires).
+  std::uint64_t cursor = h.data_start;
+  for (std::size_t i = 0; i < h.tensors.size(); ++i) {
+    const TensorEntry& t = h.tensors[i];
+    if (t.offset < cursor) {
+      fail(source, "tensors '" + h.tensors[i - 1].name + "' and '" + t.name +
+                       "' overlap at file byte " + std::to_string(t.offset));
+    }
+    if (t.offset > cursor) {
+      fail(source, "bytes [" + std::to_string(cursor) + ", " + std::to_string(t.offset) +
+                       ") belong to no tensor (a hole before " + tensor_label(t.name) + ")");
+    }
+    cursor = t.offset + t.nbytes;
+  }
+  if (cursor != file_size) {
+    fail(source, std::to_string(file_size - cursor) +
+                     " trailing bytes after the last tensor (file of " + std::to_string(file_size) +
+                     " bytes, tensors end at " + std::to_string(cursor) + ")");
+  }
+  return h;
+}
+
+SafetensorsHeader read_safetensors_header(const std::filesystem::path& path) {
+  const File file = File::open_read(path);
+  const std::uint64_t size = file.size();
+  std::vector<std::uint8_t> prefix(std::min<std::uint64_t>(size, 8));
+  file.read_exact(prefix.data(), prefix.size(), 0);
+  if (size >= 8) {
+    std::uint64_t len = read_u64_le(prefix.data());
+    if (len <= kMaxSafetensorsHeader && len <= size - 8) {
+      prefix.resize(8 + len);
+      file.read_exact(prefix.data() + 8, len, 8);
+    }
+  }
+  return parse_safetensors_header(prefix, size, path.string());
+}
+
+void SafetensorsWriter::add(const std::string& name, DType dtype, std::vector<std::int64_t> shape,
+                            std::span<const std::uint8_t> data) {
+  const auto bytes = tensor_bytes(dtype, shape);
+  if (!bytes || *bytes != data.size()) {
+    throw InternalError("safetensors writer: " + name + " " + shape_string(shape) + " " +
+                        std::string(dtype_name(dtype)) + " given " + std::to_string(data.size()) +
+                        " bytes");
+  }
+  Pending p;
+  p.entry = {name, dtype, std::move(shape), data_bytes_, *bytes};
+  p.data.assign(data.begin(), data.end());
+  data_bytes_ += *bytes;
+  entries_.push_back(std::move(p));
+}
+
+void SafetensorsWriter::add_header_only(const std::string& name, DType dtype,
+                                        std::vector<std::int64_t> shape) {
+  const auto bytes = tensor_bytes(dtype, shape);
+  if (!bytes) throw InternalError("safetensors writer: bad shape for " + name);
+  Pending p;
+  p.entry = {name, dtype, std::move(shape), data_bytes_, *bytes};
+  p.header_only = true;
+  data_bytes_ += *bytes;
+  entries_.push_back(std::move(p));
+}
+
+void SafetensorsWriter::set_metadata(const std::string& key, const std::string& value) {
+  metadata_[key] = value;
+}
+
+void SafetensorsWriter::write(const std::filesystem::path& path) const {
+  json header = json::object();
+  if (!metadata_.empty()) header["__metadata__"] = metadata_;
+  for (const Pending& p : entries_) {
+    header[p.entry.name] = {{"dtype", dtype_name(p.entry.dtype)},
+                            {"shape", p.entry.shape},
+                            {"data_offsets", {p.entry.offset, p.entry.offset + p.entry.nbytes}}};
+  }
+  std::string text = header.dump();
+  // Pad with spaces so the data section starts 8-byte aligned, as the reference writer does.
+  text.append((8 - text.size() % 8) % 8, ' ');
+  File file = File::create(path);
+  std::uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(text.size() >> (8 * i));
+  std::uint64_t at = 0;
+  file.write_at(len, 8, at);
+  at += 8;
+  file.write_at(text.data(), text.size(), at);
+  at += text.size();
+  for (const Pending& p : entries_) {
+    if (!p.header_only) file.write_at(p.data.data(), p.data.size(), at + p.entry.offset);
+  }
+  file.truncate(at + data_bytes_);  // sparse where tensors are header-only
+}
+
+}  // namespace k3::model

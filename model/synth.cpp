@@ -1,0 +1,544 @@
+#include "model/synth.h"
+
+#include <oneapi/tbb/parallel_for.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model/binding.h"
+#include "model/gguf.h"
+#include "model/parameters.h"
+#include "model/safetensors.h"
+#include "model/tokenizer/bpe_trainer.h"
+#include "model/tokenizer/gguf_vocab.h"
+#include "quant/error.h"
+#include "quant/fp.h"
+#include "quant/quantize.h"
+
+namespace k3::model {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::uint64_t splitmix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+std::uint64_t hash_name(const std::string& s) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+void synth_values(std::uint64_t seed, const std::string& name, std::int64_t fan_in, float* out,
+                  std::size_t n, std::size_t first_index) {
+  const std::uint64_t base = splitmix(seed ^ hash_name(name));
+  auto uniform = [&](std::size_t i, int k) {  // in [-1, 1)
+    const std::uint64_t r = splitmix(base + 2 * (first_index + i) + static_cast<std::uint64_t>(k));
+    return static_cast<float>(static_cast<double>(r >> 11) * 0x1p-53 * 2.0 - 1.0);
+  };
+  enum class Kind { kNorm, kALog, kSmallBias, kConv, kMatrix };
+  Kind kind = Kind::kMatrix;
+  if (ends_with(name, "norm.weight"))
+    kind = Kind::kNorm;
+  else if (ends_with(name, "A_log"))
+    kind = Kind::kALog;
+  else if (ends_with(name, "dt_bias") || ends_with(name, "e_score_correction_bias"))
+    kind = Kind::kSmallBias;
+  else if (ends_with(name, "conv1d.weight"))
+    kind = Kind::kConv;
+  // Roughly normal (sum of two uniforms) with variance 1/fan_in keeps activations bounded.
+  const float matrix_scale =
+      std::sqrt(1.5f / static_cast<float>(std::max<std::int64_t>(fan_in, 1)));
+  oneapi::tbb::parallel_for(std::size_t{0}, n, [&](std::size_t i) {
+    switch (kind) {
+      case Kind::kNorm:
+        out[i] = 1.0f + 0.1f * uniform(i, 0);
+        break;
+      case Kind::kALog:
+        out[i] = std::log(1.0f + 7.5f * (uniform(i, 0) + 1.0f));
+        break;  // exp in [1, 16]
+      case Kind::kSmallBias:
+        out[i] = 0.05f * uniform(i, 0);
+        break;
+      case Kind::kConv:
+        out[i] = 0.5f * uniform(i, 0);
+        break;
+      case Kind::kMatrix:
+        out[i] = (uniform(i, 0) + uniform(i, 1)) * matrix_scale;
+        break;
+    }
+  });
+}
+
+namespace {
+
+struct Tensor {
+  std::string name;
+  DType dtype;
+  std::vector<std::int64_t> shape;
+  std::vector<std::uint8_t> data;  // empty when header-only
+};
+
+std::vector<std::uint8_t> as_bytes_f32(const std::vector<float>& v) {
+  std::vector<std::uint8_t> out(v.size() * 4);
+  std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+std::vector<std::uint8_t> as_bytes_bf16(const std::vector<float>& v) {
+  std::vector<std::uint8_t> out(v.size() * 2);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::uint16_t b = quant::f32_to_bf16(v[i]);
+    std::memcpy(out.data() + 2 * i, &b, 2);
+  }
+  return out;
+}
+
+std::int64_t numel(const std::vector<std::int64_t>& s) {
+  std::int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+// Collects the tensors of one checkpoint, then writes them into shards.
+class Collector {
+ public:
+  Collector(const SynthOptions& o) : o_(o) {}
+
+  std::vector<float> values(const std::string& logical, const std::vector<std::int64_t>& shape,
+                            std::size_t first = 0, std::int64_t count = -1) const {
+    if (o_.header_only) return {};  // shapes only: no values at all (the full preset is terabytes)
+    std::vector<float> v(count < 0 ? static_cast<std::size_t>(numel(shape))
+                                   : static_cast<std::size_t>(count));
+    synth_values(o_.seed, logical, shape.back(), v.data(), v.size(), first);
+    return v;
+  }
+
+  void dense(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape,
+             const std::vector<float>& v) {
+    Tensor t{name, dtype, shape, {}};
+    if (!o_.header_only) {
+      if (dtype == DType::kF32)
+        t.data = as_bytes_f32(v);
+      else if (dtype == DType::kBF16)
+        t.data = as_bytes_bf16(v);
+      else
+        t.data = quantized(*quant_type_of(dtype), v, shape).data;
+    }
+    tensors.push_back(std::move(t));
+  }
+
+  quant::QuantizedMatrix quantized(quant::Type type, const std::vector<float>& v,
+                                   const std::vector<std::int64_t>& shape) const {
+    const auto cols = static_cast<std::size_t>(shape.back());
+    return quant::quantize(type, v, v.size() / cols, cols);
+  }
+
+  void raw(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape,
+           std::vector<std::uint8_t> data) {
+    tensors.push_back(
+        {name, dtype, shape, o_.header_only ? std::vector<std::uint8_t>{} : std::move(data)});
+  }
+
+  const SynthOptions& o_;
+  std::vector<Tensor> tensors;
+};
+
+// Shard assignment: consecutive tensors, balanced by bytes, no shard left empty (so
+// --shards 351 really writes 351 files when there are enough tensors).
+std::vector<int> assign_shards(const std::vector<Tensor>& tensors, int shards) {
+  long double total = 0;
+  for (const auto& t : tensors) total += static_cast<long double>(*tensor_bytes(t.dtype, t.shape));
+  const int n = static_cast<int>(tensors.size());
+  std::vector<int> out(n, 0);
+  long double acc = 0;
+  int prev = 0;
+  for (int i = 0; i < n; ++i) {
+    const auto b = static_cast<long double>(*tensor_bytes(tensors[i].dtype, tensors[i].shape));
+    int s = total > 0 ? static_cast<int>((acc + b / 2) / total * shards) : 0;
+    s = std::clamp(s, prev, std::min(prev + 1, shards - 1));
+    s = std::max(s, shards - (n - i));  // leave enough tensors for the remaining shards
+    if (i == 0) s = 0;
+    out[i] = s;
+    prev = s;
+    acc += b;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> read_jsonl_corpus(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError("cannot read corpus " + path.string());
+  std::vector<std::string> texts;
+  std::string line;
+  for (std::size_t n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const json::parse_error& e) {
+      throw InputError(path.string() + " line " + std::to_string(n) +
+                       ": not valid JSON: " + e.what());
+    }
+    if (!j.is_object())
+      throw InputError(path.string() + " line " + std::to_string(n) + ": expected a JSON object");
+    for (const auto& [key, value] : j.items()) {
+      if (value.is_string()) texts.push_back(value.get<std::string>());
+    }
+  }
+  if (texts.empty()) throw InputError("corpus " + path.string() + " holds no text");
+  return texts;
+}
+
+namespace {
+
+// llama.cpp's kimi-k3 metadata (../shared/reference/gguf.md sections 3 and 4).
+void write_gguf_metadata(GgufWriter& w, const ModelConfig& c, const std::string& preset,
+                         const GgufTokenizer& tok) {
+  auto k = [](const char* key) { return std::string("kimi-k3.") + key; };
+  w.set_string("general.architecture", "kimi-k3");
+  w.set_string("general.name", "synthetic-kimi-k3-" + preset);
+  w.set_u32("general.quantization_version", 2);
+  w.set_u32(k("context_length"), 131072);
+  w.set_u32(k("vocab_size"), static_cast<std::uint32_t>(c.vocab_size));
+  w.set_u32(k("embedding_length"), static_cast<std::uint32_t>(c.hidden_size));
+  w.set_u32(k("block_count"), static_cast<std::uint32_t>(c.num_hidden_layers));
+  w.set_u32(k("feed_forward_length"), static_cast<std::uint32_t>(c.intermediate_size));
+  w.set_u32(k("leading_dense_block_count"), static_cast<std::uint32_t>(c.first_k_dense_replace));
+  w.set_f32(k("attention.layer_norm_rms_epsilon"), static_cast<float>(c.rms_norm_eps));
+  w.set_u32(k("attention.head_count"), static_cast<std::uint32_t>(c.num_attention_heads));
+  std::vector<std::int32_t> kv_heads;
+  for (int l = 0; l < c.num_hidden_layers; ++l) kv_heads.push_back(c.is_mla_layer(l) ? 1 : 0);
+  w.set_i32s(k("attention.head_count_kv"), kv_heads);
+  w.set_u32(k("attention.q_lora_rank"), static_cast<std::uint32_t>(c.q_lora_rank));
+  w.set_u32(k("attention.kv_lora_rank"), static_cast<std::uint32_t>(c.kv_lora_rank));
+  w.set_u32(k("attention.key_length"),
+            static_cast<std::uint32_t>(c.kv_lora_rank + c.qk_rope_head_dim));
+  w.set_u32(k("attention.value_length"), static_cast<std::uint32_t>(c.kv_lora_rank));
+  w.set_u32(k("attention.key_length_mla"), static_cast<std::uint32_t>(c.qk_head_dim()));
+  w.set_u32(k("attention.value_length_mla"), static_cast<std::uint32_t>(c.v_head_dim));
+  w.set_u32(k("rope.dimension_count"), static_cast<std::uint32_t>(c.qk_rope_head_dim));
+  w.set_u32(k("expert_count"), static_cast<std::uint32_t>(c.num_experts));
+  w.set_u32(k("expert_used_count"), static_cast<std::uint32_t>(c.num_experts_per_token));
+  w.set_u32(k("expert_shared_count"), static_cast<std::uint32_t>(c.num_shared_experts));
+  w.set_u32(k("expert_feed_forward_length"), static_cast<std::uint32_t>(c.moe_intermediate_size));
+  w.set_u32(k("expert_latent_length"), static_cast<std::uint32_t>(c.routed_expert_hidden_size));
+  w.set_f32(k("expert_weights_scale"), static_cast<float>(c.routed_scaling_factor));
+  w.set_bool(k("expert_weights_norm"), true);
+  w.set_u32(k("expert_gating_func"), 2);  // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
+  w.set_u32(k("ssm.conv_kernel"), static_cast<std::uint32_t>(c.kda_conv_kernel));
+  w.set_u32(k("kda.head_dim"), static_cast<std::uint32_t>(c.kda_head_dim));
+  w.set_f32(k("kda.gate_lower_bound"), static_cast<float>(c.kda_gate_lower_bound));
+  w.set_f32(k("activation.situ_beta"), static_cast<float>(c.situ_beta));
+  w.set_f32(k("activation.situ_linear_beta"), static_cast<float>(c.situ_linear_beta));
+  w.set_u32(k("attn_res.block_size"), static_cast<std::uint32_t>(c.attn_res_block_size));
+  w.set_string(std::string(kGgufKeyModel), tok.model);
+  w.set_string(std::string(kGgufKeyPre), tok.pre);
+  w.set_strings(std::string(kGgufKeyTokens), tok.tokens);
+  w.set_i32s(std::string(kGgufKeyTokenType), tok.token_types);
+  w.set_strings(std::string(kGgufKeyMerges), tok.merges);
+  if (tok.bos_token_id) w.set_u32(std::string(kGgufKeyBos), *tok.bos_token_id);
+  if (tok.eos_token_id) w.set_u32(std::string(kGgufKeyEos), *tok.eos_token_id);
+  if (tok.padding_token_id) w.set_u32(std::string(kGgufKeyPad), *tok.padding_token_id);
+}
+
+}  // namespace
+
+SynthSummary synthesize_checkpoint(const SynthOptions& o) {
+  if (o.shards < 1) throw UsageError("--shards " + std::to_string(o.shards) + " must be >= 1");
+  ModelConfig cfg = preset_config(o.preset);
+  for (const auto& [key, value] : o.overrides) {
+    if (key == "hidden_size")
+      cfg.hidden_size = value;
+    else if (key == "num_hidden_layers") {
+      cfg.num_hidden_layers = value;
+      // Keep Kimi-K3's pattern: MLA every attn_res_block_size-th layer and the last one.
+      cfg.full_attn_layers.clear();
+      for (int l = cfg.attn_res_block_size; l < value; l += cfg.attn_res_block_size)
+        cfg.full_attn_layers.push_back(l);
+      cfg.full_attn_layers.push_back(value);
+    } else if (key == "num_attention_heads")
+      cfg.num_attention_heads = value;
+    else if (key == "kda_num_heads")
+      cfg.kda_num_heads = value;
+    else if (key == "num_experts")
+      cfg.num_experts = value;
+    else if (key == "num_experts_per_token")
+      cfg.num_experts_per_token = value;
+    else if (key == "routed_expert_hidden_size")
+      cfg.routed_expert_hidden_size = value;
+    else if (key == "moe_intermediate_size")
+      cfg.moe_intermediate_size = value;
+    else if (key == "intermediate_size")
+      cfg.intermediate_size = value;
+    else if (key == "vocab") {
+      cfg.vocab_size = value + ModelConfig::kReservedSpecialTokens;
+      cfg.bos_token_id = value;
+      cfg.eos_token_id = value + 2;
+      cfg.pad_token_id = value + ModelConfig::kReservedSpecialTokens - 1;
+    } else {
+      throw UsageError(
+          "--set " + key +
+          ": not a synthesizable config field (hidden_size, num_hidden_layers, "
+          "num_attention_heads, kda_num_heads, num_experts, num_experts_per_token, "
+          "routed_expert_hidden_size, moe_intermediate_size, intermediate_size, vocab)");
+    }
+  }
+  cfg.validate("k3ckpt synth --preset " + o.preset);
+  // The tiny preset tokenizes for real: a BPE vocabulary trained on the corpus, of exactly the
+  // config's base size. The full preset reuses it, padded, only where GGUF needs a token list.
+  if (o.corpus.empty())
+    throw UsageError(
+        "k3ckpt synth needs --corpus (a JSONL text corpus such as GSM8K's train.jsonl)");
+  BpeTrainOptions train;
+  train.vocab_size = o.preset == "tiny" ? cfg.base_vocab_size() : 4096;
+  const Vocabulary vocab = train_bpe(read_jsonl_corpus(o.corpus), train);
+  if (vocab.base_size() != train.vocab_size) {
+    throw InputError("corpus " + o.corpus.string() + " yields only " +
+                     std::to_string(vocab.base_size()) + " BPE tokens, the preset needs " +
+                     std::to_string(train.vocab_size));
+  }
+  dist::LayoutSpec one;
+  const auto specs = kimi_k3_parameters(cfg, dist::Layout::make(one));
+  fs::create_directories(o.out);
+  Collector c(o);
+  const FormatKind kind = o.format;
+  if (kind == FormatKind::kDraft)
+    throw UsageError("k3ckpt synth --format draft is not available yet");
+  const bool gguf = kind == FormatKind::kGguf;
+  const bool ms = kind == FormatKind::kModelSlim;
+  const std::string prefix = gguf ? "" : "language_model.";
+  json description = {
+      {"model_quant_type", "W4A8_DYNAMIC"}, {"version", "1.0.0"}, {"group_size", 0}};
+  auto float_dtype = [&](const std::string& name) {
+    const bool f32 = gguf || ends_with(name, "conv1d.weight") || ends_with(name, "dt_bias") ||
+                     ends_with(name, "o_norm.weight") ||
+                     ends_with(name, "e_score_correction_bias") || ends_with(name, "A_log");
+    return f32 ? DType::kF32 : DType::kBF16;
+  };
+  // ModelSlim linears: int8 weight with per-row scale and offset, or FLOAT.
+  auto modelslim_linear = [&](const std::string& name, const std::vector<std::int64_t>& shape,
+                              const std::vector<float>& v, const std::string& scheme) {
+    description[name] = scheme;
+    if (scheme == "FLOAT") {
+      c.dense(name, DType::kBF16, shape, v);
+      return;
+    }
+    const bool int4 = scheme == "W4A8_DYNAMIC";
+    const std::string base = name.substr(0, name.size() - 7);
+    std::vector<std::int64_t> wshape = shape;
+    if (int4) wshape[0] /= 2;
+    quant::QuantizedMatrix q;
+    if (!o.header_only)
+      q = c.quantized(int4 ? quant::Type::kModelSlimInt4 : quant::Type::kModelSlimInt8, v, shape);
+    c.raw(name, DType::kI8, wshape, q.data);
+    c.raw(base + ".weight_scale", DType::kF32, {shape[0], 1}, as_bytes_f32(q.scale));
+    std::vector<float> offset(q.scale.size(), 0.0f);
+    if (!q.offset.empty()) offset = q.offset;
+    c.raw(base + ".weight_offset", DType::kF32, {shape[0], 1}, as_bytes_f32(offset));
+  };
+
+  for (const ParamSpec& s : specs) {
+    const std::string& n = s.name;
+    switch (s.family) {
+      case ParamFamily::kVector: {
+        const std::string stored = gguf ? gguf_name(n, cfg) : prefix + n;
+        if (ms) description[stored] = "FLOAT";
+        c.dense(stored, float_dtype(n), s.shape, c.values(n, s.shape));
+        break;
+      }
+      case ParamFamily::kAttnResScore: {
+        const std::string base = n.substr(0, n.size() - 6);
+        const std::int64_t H = s.shape[0];
+        const auto norm = c.values(base + "_norm.weight", {H});
+        const auto proj = c.values(base + "_proj.weight", {1, H});
+        if (gguf) {
+          std::vector<float> score(o.header_only ? 0 : H);
+          for (std::int64_t i = 0; i < static_cast<std::int64_t>(score.size()); ++i) {
+            // Fold what the safetensors formats store as BF16, so all formats agree.
+            score[i] = quant::bf16_to_f32(quant::f32_to_bf16(norm[i])) *
+                       quant::bf16_to_f32(quant::f32_to_bf16(proj[i]));
+          }
+          c.dense(gguf_name(n, cfg), DType::kF32, {H}, score);
+        } else {
+          if (ms)
+            description[prefix + base + "_norm.weight"] = "FLOAT",
+                                        description[prefix + base + "_proj.weight"] = "FLOAT";
+          c.dense(prefix + base + "_norm.weight", DType::kBF16, {H}, norm);
+          c.dense(prefix + base + "_proj.weight", DType::kBF16, {1, H}, proj);
+        }
+        break;
+      }
+      case ParamFamily::kKdaDecay: {
+        const std::int64_t heads = s.shape[0];
+        const std::int64_t stored_len = std::max<std::int64_t>(heads, cfg.kda_head_dim);
+        const std::string a_log = n.substr(0, n.size() - 5) + "A_log";
+        auto v = c.values(a_log, {stored_len});
+        for (std::int64_t i = heads; i < static_cast<std::int64_t>(v.size()); ++i)
+          v[i] = 0.0f;  // unused, as in the release
+        if (gguf) {
+          std::vector<float> ssm_a(v.empty() ? 0 : heads);
+          for (std::int64_t i = 0; i < static_cast<std::int64_t>(ssm_a.size()); ++i)
+            ssm_a[i] = -std::exp(v[i]);
+          c.dense(gguf_name(n, cfg), DType::kF32, {heads}, ssm_a);
+        } else {
+          if (ms) description[prefix + a_log] = "FLOAT";
+          c.dense(prefix + a_log, DType::kF32, {stored_len}, v);
+        }
+        break;
+      }
+      case ParamFamily::kEmbedding:
+      case ParamFamily::kLinear:
+      case ParamFamily::kLatentProjection: {
+        const auto v = c.values(n, s.shape);
+        if (gguf) {
+          const bool router =
+              ends_with(n, "gate.weight") && n.find("block_sparse_moe") != std::string::npos;
+          c.dense(gguf_name(n, cfg), router ? DType::kF32 : DType::kQ8_0, s.shape, v);
+        } else if (ms) {
+          const bool keep_float =
+              s.family == ParamFamily::kEmbedding || n == "lm_head.weight" ||
+              (ends_with(n, "gate.weight") && n.find("block_sparse_moe") != std::string::npos);
+          modelslim_linear(prefix + n, s.shape, v, keep_float ? "FLOAT" : "W8A8_DYNAMIC");
+        } else {
+          c.dense(prefix + n, DType::kBF16, s.shape, v);
+        }
+        break;
+      }
+      case ParamFamily::kMlaKvB: {
+        const auto v = c.values(n, s.shape);
+        if (!gguf) {
+          if (ms) description[prefix + n] = "FLOAT";
+          c.dense(prefix + n, DType::kBF16, s.shape, v);
+          break;
+        }
+        // llama.cpp's split: per head, K = first nope rows transposed [kv_lora, nope], V = the
+        // last v rows [v, kv_lora].
+        const std::int64_t H = cfg.num_attention_heads, L = cfg.kv_lora_rank,
+                           nope = cfg.qk_nope_head_dim, vd = cfg.v_head_dim;
+        std::vector<float> k, vv;
+        if (!o.header_only) {
+          k.resize(static_cast<std::size_t>(H * L * nope));
+          vv.resize(static_cast<std::size_t>(H * vd * L));
+          for (std::int64_t h = 0; h < H; ++h) {
+            const float* head = v.data() + h * (nope + vd) * L;
+            for (std::int64_t j = 0; j < nope; ++j)
+              for (std::int64_t l = 0; l < L; ++l) k[(h * L + l) * nope + j] = head[j * L + l];
+            std::memcpy(vv.data() + h * vd * L, head + nope * L, sizeof(float) * vd * L);
+          }
+        }
+        const std::string layer = "blk." + std::to_string(s.layer) + ".";
+        c.dense(layer + "attn_k_b.weight", DType::kQ4_0, {H, L, nope}, k);
+        c.dense(layer + "attn_v_b.weight", DType::kQ2_K, {H, vd, L}, vv);
+        break;
+      }
+      case ParamFamily::kRoutedExpert: {
+        const std::int64_t E = s.shape[0], out = s.shape[1], in = s.shape[2];
+        const std::string which = n.substr(n.size() - 2);
+        if (gguf) {
+          const DType t = which == "w2" ? DType::kQ3_K : DType::kQ2_K;
+          c.dense(gguf_name(n, cfg), t, s.shape, c.values(n, s.shape));
+          break;
+        }
+        const std::string layer =
+            prefix + "model.layers." + std::to_string(s.layer) + ".block_sparse_moe.experts.";
+        for (std::int64_t e = 0; e < E; ++e) {
+          const auto v = c.values(n, {out, in}, static_cast<std::size_t>(e * out * in), out * in);
+          const std::string name = layer + std::to_string(e) + "." + which;
+          if (ms) {
+            modelslim_linear(name + ".weight", {out, in}, v, "W4A8_DYNAMIC");
+          } else {
+            quant::QuantizedMatrix q;
+            if (!o.header_only) q = c.quantized(quant::Type::kMXFP4Packed, v, {out, in});
+            c.raw(name + ".weight_packed", DType::kU8, {out, in / 2}, q.data);
+            c.raw(name + ".weight_scale", DType::kU8, {out, in / 32}, q.e8m0);
+          }
+        }
+        break;
+      }
+    }
+  }
+
+  SynthSummary summary;
+  const auto shard_of = assign_shards(c.tensors, o.shards);
+  for (const auto& t : c.tensors) summary.bytes += *tensor_bytes(t.dtype, t.shape);
+  summary.tensors = c.tensors.size();
+  if (gguf) {
+    const GgufTokenizer tok = to_gguf_tokenizer(vocab, cfg.vocab_size);
+    std::vector<GgufWriter> writers(o.shards);
+    std::vector<int> counts(o.shards, 0);
+    for (std::size_t i = 0; i < c.tensors.size(); ++i) ++counts[shard_of[i]];
+    for (int s = 0; s < o.shards; ++s) {
+      if (s == 0) write_gguf_metadata(writers[s], cfg, o.preset, tok);
+      if (o.shards > 1) {
+        writers[s].set_u16("split.no", static_cast<std::uint16_t>(s));
+        writers[s].set_u16("split.count", static_cast<std::uint16_t>(o.shards));
+        writers[s].set_i32("split.tensors.count", static_cast<std::int32_t>(c.tensors.size()));
+      }
+    }
+    for (std::size_t i = 0; i < c.tensors.size(); ++i) {
+      auto& t = c.tensors[i];
+      if (o.header_only)
+        writers[shard_of[i]].add_header_only(t.name, t.dtype, t.shape);
+      else
+        writers[shard_of[i]].add_tensor(t.name, t.dtype, t.shape, t.data);
+    }
+    const std::string stem = "kimi-k3-" + o.preset;
+    for (int s = 0; s < o.shards; ++s) {
+      char file[96];
+      if (o.shards == 1)
+        std::snprintf(file, sizeof file, "%s.gguf", stem.c_str());
+      else
+        std::snprintf(file, sizeof file, "%s-%05d-of-%05d.gguf", stem.c_str(), s + 1, o.shards);
+      writers[s].write(o.out / file);
+      ++summary.files;
+    }
+    return summary;
+  }
+  std::vector<SafetensorsWriter> writers(o.shards);
+  for (std::size_t i = 0; i < c.tensors.size(); ++i) {
+    auto& t = c.tensors[i];
+    if (o.header_only)
+      writers[shard_of[i]].add_header_only(t.name, t.dtype, t.shape);
+    else
+      writers[shard_of[i]].add(t.name, t.dtype, t.shape, t.data);
+  }
+  json weight_map = json::object();
+  for (int s = 0; s < o.shards; ++s) {
+    char file[64];
+    std::snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", s + 1, o.shards);
+    writers[s].set_metadata("format", "pt");
+    writers[s].write(o.out / file);
+    ++summary.files;
+    for (std::size_t i = 0; i < c.tensors.size(); ++i) {
+      if (shard_of[i] == s) weight_map[c.tensors[i].name] = file;
+    }
+  }
+  std::ofstream(o.out / "model.safetensors.index.json")
+      << json{{"metadata", {{"total_size", summary.bytes}}}, {"weight_map", weight_map}}.dump(1)
+      << "\n";
+  std::ofstream(o.out / "config.json") << to_config_json(cfg).dump(2) << "\n";
+  if (ms) std::ofstream(o.out / "quant_model_description.json") << description.dump(1) << "\n";
+  if (o.preset == "tiny")
+    std::ofstream(o.out / "tiktoken.model", std::ios::binary) << vocab.to_tiktoken();
+  return summary;
+}
+
+}  // namespace k3::model

@@ -1,0 +1,50 @@
+// model::synthesize_checkpoint: writes a checkpoint with the real Kimi-K3 architecture and
+// tensor names, random weights from one seed, in any supported format. The formats encode the
+// same logical weights, so they can be compared number for number.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/format.h"
+
+namespace k3::model {
+
+struct SynthOptions {
+  std::string preset = "tiny";  // tiny | full
+  FormatKind format = FormatKind::kHf;
+  std::filesystem::path out;
+  std::uint64_t seed = 0;
+  int shards = 1;
+  bool header_only = false;  // shapes and headers only; tensor bytes are sparse holes
+  // JSONL corpus for the tiny preset's trained BPE vocabulary (every string value of every line,
+  // e.g. GSM8K's train.jsonl). The full preset writes no tiktoken.model (it is never run).
+  std::filesystem::path corpus;
+  // Config fields replacing the preset's (hidden_size, num_hidden_layers, num_attention_heads,
+  // kda_num_heads, num_experts, routed_expert_hidden_size, moe_intermediate_size, base vocabulary
+  // "vocab"): k3ckpt synth --set name=value. The result is validated like any config.json.
+  std::vector<std::pair<std::string, int>> overrides;
+};
+
+struct SynthSummary {
+  int files = 0;
+  std::uint64_t tensors = 0;
+  std::uint64_t bytes = 0;
+};
+
+SynthSummary synthesize_checkpoint(const SynthOptions& options);
+
+// The strings of a JSONL corpus: every string value of every line's object, in order. A line
+// that is not a JSON object is an InputError naming the file and line.
+std::vector<std::string> read_jsonl_corpus(const std::filesystem::path& path);
+
+// The logical (unquantized) value of parameter `name`, element `i` of `n`: deterministic in
+// (seed, name, i), so every format and every rank sees the same weights.
+void synth_values(std::uint64_t seed, const std::string& name, std::int64_t fan_in, float* out,
+                  std::size_t n, std::size_t first_index = 0);
+
+}  // namespace k3::model

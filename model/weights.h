@@ -1,0 +1,50 @@
+// model::Weight and model::WeightStore: a rank's loaded parameters in the representation the
+// plan chose. Layer code asks a weight for its representation (type, view), never the format.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/bytes.h"
+#include "model/parameters.h"
+#include "quant/types.h"
+
+namespace k3::model {
+
+struct Weight {
+  std::string name;  // logical name
+  quant::Type type = quant::Type::kF32;
+  std::vector<std::int64_t> shape;  // this rank's slice (extent of `box`)
+  SliceBox box;                     // where the slice sits in the full parameter
+  Bytes data;                       // the encoded elements, row-major
+  Bytes e8m0;                       // compressed-tensors MXFP4 scales
+  std::vector<float> scale, offset, group_scale, group_offset;  // ModelSlim
+  std::size_t group_size = 0;
+  // MLA kv_b stored split (capability split_gguf_kv_b): K [heads, kv_lora, nope] and
+  // V [heads, v, kv_lora], each in its own type; `data` is then empty.
+  std::unique_ptr<Weight> k_b, v_b;
+
+  bool split_kv() const { return k_b != nullptr; }
+  std::uint64_t bytes() const;
+  // A 2-D view: rows = product of all but the last dimension, cols = the last.
+  quant::MatrixView view() const;
+  // The fp32 values of a vector parameter (norms, biases, scores); throws for matrices.
+  std::vector<float> floats() const;
+};
+
+class WeightStore {
+ public:
+  void add(Weight w);
+  bool has(const std::string& name) const { return weights_.count(name) != 0; }
+  const Weight& get(const std::string& name) const;  // InternalError naming a missing weight
+  const std::map<std::string, Weight>& all() const { return weights_; }
+  std::uint64_t bytes() const;
+
+ private:
+  std::map<std::string, Weight> weights_;
+};
+
+}  // namespace k3::model

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (ASan + UBSan) in build-fuzz/ and runs each for a
+# bounded time, seeded with tests/fuzz/seeds/ and the headers of freshly synthesized
+# checkpoints. Inputs in tests/fuzz/regressions/<target>/ (past crashes) are replayed first.
+# A crash fails the run and leaves its input in build-fuzz/crashes/ for a regression test.
+# Usage: tests/fuzz/run_fuzzers.sh [seconds per target, default 60]
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+seconds=${1:-60}
+build=$root/build-fuzz
+if [[ ! -f $build/CMakeCache.txt ]]; then
+  CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DK3_SANITIZE=ON -DK3_FUZZ=ON -DK3_BUILD_BENCHMARKS=OFF -DBUILD_TESTING=OFF >/dev/null
+fi
+cmake --build "$build" --parallel "$(nproc)" --target fuzz_safetensors fuzz_gguf fuzz_modelslim_description
+
+# Seeds from real synthetic checkpoints: a small complete GGUF header file and safetensors
+# header prefixes (the reader reports them truncated, which still drives the whole parser).
+seeds=$build/seeds
+rm -rf "$seeds" && mkdir -p "$seeds"/{fuzz_safetensors,fuzz_gguf,fuzz_modelslim_description}
+cp "$root"/tests/fuzz/seeds/*/* "$seeds"/ 2>/dev/null || true
+for t in fuzz_safetensors fuzz_gguf fuzz_modelslim_description; do
+  [[ -d $root/tests/fuzz/seeds/$t ]] && cp "$root/tests/fuzz/seeds/$t"/* "$seeds/$t"/
+done
+ck=$build/synth
+if [[ ! -d $ck/modelslim ]]; then
+  for format in modelslim gguf; do
+    "$root/build/bin/k3ckpt" synth --format $format --out "$ck/$format" --shards 2 >/dev/null
+  done
+fi
+for f in "$ck"/modelslim/*.safetensors; do
+  len=$(od -An -t u8 -N 8 "$f" | tr -d ' ')
+  head -c $((8 + len)) "$f" >"$seeds/fuzz_safetensors/$(basename "$f").header"
+done
+cp "$ck/modelslim/quant_model_description.json" "$seeds/fuzz_modelslim_description/"
+for f in "$ck"/gguf/*.gguf; do head -c 65536 "$f" >"$seeds/fuzz_gguf/$(basename "$f").head"; done
+
+status=0
+mkdir -p "$build/crashes"
+for t in fuzz_safetensors fuzz_gguf fuzz_modelslim_description; do
+  corpus=$build/corpus/$t
+  mkdir -p "$corpus"
+  if compgen -G "$root/tests/fuzz/regressions/$t/*" >/dev/null; then
+    "$build/bin/$t" "$root/tests/fuzz/regressions/$t"/* || { echo "$t: a past crash is back" >&2; status=1; }
+  fi
+  echo "== $t: fuzzing for $seconds s"
+  "$build/bin/$t" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=1048576 \
+    -artifact_prefix="$build/crashes/$t-" -print_final_stats=1 "$corpus" "$seeds/$t" 2>"$build/$t.log" ||
+    { echo "$t: crash found; input in $build/crashes/, log in $build/$t.log" >&2; tail -40 "$build/$t.log" >&2; status=1; }
+  grep -E "stat::number_of_executed_units|stat::new_units_added" "$build/$t.log" | sed "s/^/  /"
+  echo "  corpus: $(ls "$corpus" | wc -l) inputs"
+done
+exit $status

@@ -1,0 +1,527 @@
+// Checkpoints end to end on synthetic data: capability-selected representations (the
+// production regression), every data-free rejection with its message, slices that reconstruct
+// every tensor for 1, 4, 8 and 64 ranks, and a clean audit after loading.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model/binding.h"
+#include "model/checkpoint.h"
+#include "model/load_plan.h"
+#include "model/loader.h"
+#include "model/synth.h"
+#include "quant/error.h"
+#include "quant/quantize.h"
+#include "quant/reference.h"
+#include "tests/model/test_dirs.h"
+
+namespace k3::model {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// The synthetic checkpoints of the ctest fixture (tests/model/CMakeLists.txt: k3ckpt synth into
+// the build tree); made here too when the binary runs on its own.
+fs::path checkpoint_dir(FormatKind kind) {
+  const fs::path dir = test::scratch_dir() / ("tiny-" + std::string(format_name(kind)));
+  if (!fs::exists(dir / "config.json")) {
+    SynthOptions o;
+    o.format = kind;
+    o.out = dir;
+    o.shards = 3;
+    o.corpus = test::source_dir() / ".." / "shared" / "data" / "gsm8k" / "train.jsonl";
+    synthesize_checkpoint(o);
+  }
+  return dir;
+}
+
+// A private copy of a synthetic checkpoint that a test may damage.
+fs::path copy_of(FormatKind kind, const std::string& name) {
+  const fs::path dst = test::scratch_dir() / name;
+  fs::remove_all(dst);
+  fs::copy(checkpoint_dir(kind), dst, fs::copy_options::recursive);
+  return dst;
+}
+
+dist::Layout layout_of(int world, int dp, int ep, bool dp_attention) {
+  dist::LayoutSpec s;
+  s.world = world;
+  s.tp = dp_attention ? world : world / dp;
+  s.dp = dp;
+  s.ep = ep;
+  s.enable_dp_attention = dp_attention;
+  s.enable_dp_lm_head = dp_attention;
+  s.enable_shared_experts_attn_tp = dp_attention;
+  s.enable_dense_mlp_attn_tp = dp_attention;
+  return dist::Layout::make(s);
+}
+
+BindResult bind_all(const Checkpoint& ck, const dist::Layout& layout) {
+  return bind_parameters(ck, kimi_k3_parameters(ck.config(), layout));
+}
+
+const Binding& binding(const BindResult& r, const std::string& name) {
+  for (const auto& b : r.bindings) {
+    if (b.spec.name == name) return b;
+  }
+  throw InternalError("no binding " + name);
+}
+
+std::string problems_text(const std::vector<std::string>& problems) {
+  std::string s;
+  for (const auto& p : problems) s += p + "\n";
+  return s;
+}
+
+TEST(Formats, CapabilityTableMatchesDocs) {
+  std::ifstream in(test::source_dir() / "docs" / "FORMATS.md");
+  ASSERT_TRUE(in) << "docs/FORMATS.md is missing";
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find(capability_table_markdown()), std::string::npos)
+      << "docs/FORMATS.md does not contain the current table:\n"
+      << capability_table_markdown();
+}
+
+TEST(Formats, EachRepresentationFamilyHasOneDecidingCapability) {
+  // The production bug: ModelSlim advertises quantized latent projections and must still keep
+  // its dense kv_b_proj, because only split_gguf_kv_b decides the split.
+  const Format ms = Format::of(FormatKind::kModelSlim);
+  EXPECT_TRUE(ms.has(Capability::kQuantizedLatentProjections));
+  EXPECT_FALSE(ms.has(Capability::kSplitGgufKvB));
+  EXPECT_TRUE(Format::of(FormatKind::kGguf).has(Capability::kSplitGgufKvB));
+  for (FormatKind k : kAllFormats) {
+    const Format f = Format::of(k);
+    const int expert_caps =
+        f.has(Capability::kFp4RoutedExperts) + f.has(Capability::kGgmlBlockExperts);
+    EXPECT_LE(expert_caps, 1) << format_name(k);
+    EXPECT_FALSE(f.has(Capability::kGgmlBlockLinears) && f.has(Capability::kModelSlimQuantization));
+    EXPECT_NE(f.has(Capability::kTiktokenVocabulary), f.has(Capability::kEmbeddedVocabulary));
+  }
+}
+
+TEST(ProductionRegression, ModelSlimKeepsDenseKvBWhileQuantizingLatentProjections) {
+  const Checkpoint ck = Checkpoint::open(checkpoint_dir(FormatKind::kModelSlim));
+  EXPECT_EQ(ck.format().kind(), FormatKind::kModelSlim);
+  const BindResult r = bind_all(ck, layout_of(1, 1, 1, false));
+  ASSERT_TRUE(r.problems.empty()) << problems_text(r.problems);
+  const Binding& kv = binding(r, "model.layers.2.self_attn.kv_b_proj.weight");
+  EXPECT_EQ(kv.repr.asked, Capability::kSplitGgufKvB);
+  EXPECT_FALSE(kv.repr.answer);
+  EXPECT_EQ(kv.repr.type, quant::Type::kBF16);
+  ASSERT_EQ(kv.parts.size(), 1u);
+  EXPECT_EQ(kv.parts[0].tensors[0], "language_model.model.layers.2.self_attn.kv_b_proj.weight");
+  const Binding& latent =
+      binding(r, "model.layers.1.block_sparse_moe.routed_expert_down_proj.weight");
+  EXPECT_EQ(latent.repr.asked, Capability::kQuantizedLatentProjections);
+  EXPECT_TRUE(latent.repr.answer);
+  EXPECT_EQ(latent.repr.type, quant::Type::kModelSlimInt8);
+  EXPECT_EQ(binding(r, "model.layers.1.block_sparse_moe.experts.w1").repr.type,
+            quant::Type::kModelSlimInt4);
+
+  // And it loads and audits clean.
+  const dist::Layout layout = layout_of(1, 1, 1, false);
+  const LoadPlan plan = make_load_plan(ck, r.bindings, layout, 0);
+  const LoadResult loaded = load(ck, plan);
+  EXPECT_TRUE(audit(ck, plan, loaded.weights).empty());
+  EXPECT_FALSE(loaded.weights.get("model.layers.2.self_attn.kv_b_proj.weight").split_kv());
+}
+
+TEST(ProductionRegression, HfExpertsAreCompressedTensorsMxfp4) {
+  const Checkpoint ck = Checkpoint::open(checkpoint_dir(FormatKind::kHf));
+  const BindResult r = bind_all(ck, layout_of(1, 1, 1, false));
+  ASSERT_TRUE(r.problems.empty()) << problems_text(r.problems);
+  const Binding& w2 = binding(r, "model.layers.3.block_sparse_moe.experts.w2");
+  EXPECT_EQ(w2.repr.asked, Capability::kFp4RoutedExperts);
+  EXPECT_EQ(w2.repr.type, quant::Type::kMXFP4Packed);
+  EXPECT_EQ(binding(r, "model.layers.2.self_attn.kv_b_proj.weight").repr.type, quant::Type::kBF16);
+}
+
+// The data-free checks: each damaged checkpoint is rejected with its message, before any
+// tensor data is read (bind_parameters() reads headers only).
+std::string first_problem(const fs::path& dir) {
+  try {
+    const Checkpoint ck = Checkpoint::open(dir);
+    const BindResult r = bind_all(ck, layout_of(1, 1, 1, false));
+    return r.problems.empty() ? "no problem" : r.problems.front();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+}
+
+TEST(ProductionRegression, GgufSplitsKvIntoQ4_0KAndQ2_KV) {
+  const Checkpoint ck = Checkpoint::open(checkpoint_dir(FormatKind::kGguf));
+  EXPECT_EQ(ck.files().size(), 3u);
+  const BindResult r = bind_all(ck, layout_of(1, 1, 1, false));
+  ASSERT_TRUE(r.problems.empty()) << problems_text(r.problems);
+  const Binding& kv = binding(r, "model.layers.5.self_attn.kv_b_proj.weight");
+  EXPECT_EQ(kv.repr.asked, Capability::kSplitGgufKvB);
+  EXPECT_TRUE(kv.repr.answer);
+  ASSERT_EQ(kv.parts.size(), 2u);
+  EXPECT_EQ(kv.parts[0].tensors[0], "blk.5.attn_k_b.weight");
+  EXPECT_EQ(kv.parts[0].dtype, DType::kQ4_0);
+  EXPECT_EQ(kv.parts[1].tensors[0], "blk.5.attn_v_b.weight");
+  EXPECT_EQ(kv.parts[1].dtype, DType::kQ2_K);
+  const dist::Layout layout = layout_of(1, 1, 1, false);
+  const LoadPlan plan = make_load_plan(ck, r.bindings, layout, 0);
+  const LoadResult loaded = load(ck, plan);
+  EXPECT_TRUE(audit(ck, plan, loaded.weights).empty());
+  const Weight& w = loaded.weights.get("model.layers.5.self_attn.kv_b_proj.weight");
+  ASSERT_TRUE(w.split_kv());
+  EXPECT_EQ(w.k_b->type, quant::Type::kQ4_0);
+  EXPECT_EQ(w.v_b->type, quant::Type::kQ2_K);
+}
+
+// Rewrites a one-file copy of the synthetic GGUF with `retype` applied to one tensor.
+fs::path gguf_with(const std::string& name, const std::string& tensor, DType new_type) {
+  const fs::path src_dir = checkpoint_dir(FormatKind::kGguf);
+  GgufWriter w;
+  const GgufFile first = read_gguf_header(src_dir / "kimi-k3-tiny-00001-of-00003.gguf");
+  for (const auto& [key, value] : first.kv) {
+    if (key.rfind("split.", 0) != 0) w.set(key, value);
+  }
+  for (int part = 1; part <= 3; ++part) {
+    const fs::path file = src_dir / ("kimi-k3-tiny-0000" + std::to_string(part) + "-of-00003.gguf");
+    const GgufFile g = read_gguf_header(file);
+    std::ifstream in(file, std::ios::binary);
+    for (const TensorEntry& t : g.tensors) {
+      std::vector<std::uint8_t> bytes(t.nbytes);
+      in.seekg(static_cast<std::streamoff>(t.offset));
+      in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      if (t.name != tensor) {
+        w.add_tensor(t.name, t.dtype, t.shape, bytes);
+        continue;
+      }
+      quant::MatrixView v;
+      v.type = *quant_type_of(t.dtype);
+      v.cols = static_cast<std::size_t>(t.shape.back());
+      v.rows = t.nbytes / quant::row_bytes(v.type, v.cols);
+      v.data = bytes;
+      std::vector<float> values(v.rows * v.cols);
+      quant::dequantize(v, values);
+      const auto q = quant::quantize(*quant_type_of(new_type), values, v.rows, v.cols);
+      w.add_tensor(t.name, new_type, t.shape, q.data);
+    }
+  }
+  const fs::path out = test::scratch_dir() / name;
+  fs::remove_all(out);
+  fs::create_directories(out);
+  w.write(out / "kimi-k3-tiny.gguf");
+  return out;
+}
+
+TEST(DataFreeChecks, GgufKStoredAsQ8_0) {
+  const fs::path dir = gguf_with("gguf-k-q8", "blk.2.attn_k_b.weight", DType::kQ8_0);
+  EXPECT_EQ(first_problem(dir),
+            "format gguf: capability split_gguf_kv_b: MLA K projection 'blk.2.attn_k_b.weight' "
+            "must remain GGUF Q4_0, got Q8_0");
+}
+
+TEST(DataFreeChecks, GgufLatentProjectionMayBeAnyGgmlType) {
+  // quantized_latent_projections is true for GGUF: a Q4_0 latent projection is accepted as is.
+  const fs::path dir = gguf_with("gguf-latent-q4", "blk.1.ffn_routed_down.weight", DType::kQ4_0);
+  EXPECT_EQ(first_problem(dir), "no problem");
+}
+
+// Rewrites one shard's header through `edit`, keeping the data section as it is.
+void edit_header(const fs::path& shard, const std::function<void(json&)>& edit,
+                 bool keep_length = false) {
+  std::ifstream in(shard, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
+  std::uint64_t len = 0;
+  std::memcpy(&len, bytes.data(), 8);
+  json h = json::parse(std::string(bytes.data() + 8, len));
+  edit(h);
+  std::string text = h.dump();
+  if (keep_length)
+    text.resize(len, ' ');
+  else
+    text.append((8 - text.size() % 8) % 8, ' ');
+  const std::uint64_t new_len = text.size();
+  std::ofstream out(shard, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(&new_len), 8);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  out.write(bytes.data() + 8 + len, static_cast<std::streamsize>(bytes.size() - 8 - len));
+}
+
+fs::path shard_holding(const fs::path& dir, const std::string& tensor) {
+  const json index = json::parse(std::ifstream(dir / "model.safetensors.index.json"));
+  return dir / index["weight_map"][tensor].get<std::string>();
+}
+
+TEST(DataFreeChecks, ModelSlimWithoutKvBProj) {
+  const fs::path dir = copy_of(FormatKind::kModelSlim, "ms-no-kvb");
+  const std::string name = "language_model.model.layers.5.self_attn.kv_b_proj.weight";
+  // Rename the tensor (same size), as a converter that dropped kv_b_proj would leave it.
+  edit_header(shard_holding(dir, name), [&](json& h) {
+    h["language_model.model.layers.5.self_attn.kv_b_proj_dropped.weight"] = h[name];
+    h.erase(name);
+  });
+  json index = json::parse(std::ifstream(dir / "model.safetensors.index.json"));
+  index["weight_map"].erase(name);
+  std::ofstream(dir / "model.safetensors.index.json") << index.dump();
+  const std::string p = first_problem(dir);
+  EXPECT_EQ(
+      p,
+      "format modelslim: missing tensor '" + name +
+          "' for model.layers.5.self_attn.kv_b_proj.weight, expected [1024, 256] (split_gguf_kv_b "
+          "is false for format modelslim, so kv_b_proj must be one dense tensor)");
+}
+
+TEST(DataFreeChecks, DescriptionDisagreesWithTensors) {
+  const fs::path dir = copy_of(FormatKind::kModelSlim, "ms-bad-description");
+  json d = json::parse(std::ifstream(dir / "quant_model_description.json"));
+  d["language_model.model.layers.0.self_attn.q_proj.weight"] = "FLOAT";  // stored as int8
+  std::ofstream(dir / "quant_model_description.json") << d.dump();
+  EXPECT_EQ(
+      first_problem(dir),
+      "format modelslim: tensor 'language_model.model.layers.0.self_attn.q_proj.weight' is I8, but "
+      "quant_model_description.json says FLOAT (expected F32, F16 or BF16)");
+
+  d["language_model.model.layers.0.self_attn.q_proj.weight"] = "W9A9";
+  std::ofstream(dir / "quant_model_description.json") << d.dump();
+  EXPECT_EQ(
+      first_problem(dir),
+      (dir / "quant_model_description.json").string() +
+          ": 'language_model.model.layers.0.self_attn.q_proj.weight' has scheme 'W9A9', expected "
+          "FLOAT, W8A8, W8A8_DYNAMIC or W4A8_DYNAMIC");
+}
+
+TEST(DataFreeChecks, ModelSlimKvBMarkedQuantized) {
+  const fs::path dir = copy_of(FormatKind::kModelSlim, "ms-kvb-quantized");
+  json d = json::parse(std::ifstream(dir / "quant_model_description.json"));
+  d["language_model.model.layers.2.self_attn.kv_b_proj.weight"] = "W8A8_DYNAMIC";
+  std::ofstream(dir / "quant_model_description.json") << d.dump();
+  EXPECT_EQ(first_problem(dir),
+            "format modelslim: quant_model_description.json marks "
+            "'language_model.model.layers.2.self_attn.kv_b_proj.weight' as W8A8_DYNAMIC; Kimi-K3's "
+            "ModelSlim "
+            "kv_b_proj must be a dense FLOAT tensor");
+}
+
+TEST(DataFreeChecks, ShapeDisagreesWithConfig) {
+  const fs::path dir = copy_of(FormatKind::kHf, "hf-bad-config");
+  json cfg = json::parse(std::ifstream(dir / "config.json"));
+  cfg["text_config"]["q_lora_rank"] = 96;
+  std::ofstream(dir / "config.json") << cfg.dump();
+  EXPECT_EQ(first_problem(dir),
+            "format hf: tensor 'language_model.model.layers.2.self_attn.q_a_proj.weight' has shape "
+            "[128, 512], "
+            "expected [96, 512] from config.json");
+}
+
+TEST(DataFreeChecks, DtypeDisagreesWithItsRole) {
+  const fs::path dir = copy_of(FormatKind::kHf, "hf-bad-dtype");
+  const std::string name =
+      "language_model.model.layers.1.block_sparse_moe.experts.7.w3.weight_scale";
+  edit_header(
+      shard_holding(dir, name), [&](json& h) { h[name]["dtype"] = "I8"; }, true);
+  EXPECT_EQ(first_problem(dir), "format hf: capability fp4_routed_experts: '" + name +
+                                    "' must be U8 (compressed-tensors MXFP4), got I8");
+}
+
+TEST(DataFreeChecks, TruncatedShard) {
+  const fs::path dir = copy_of(FormatKind::kHf, "hf-truncated");
+  const fs::path shard = dir / "model-00002-of-00003.safetensors";
+  const auto size = fs::file_size(shard);
+  fs::resize_file(shard, size - 1000);
+  const std::string p = first_problem(dir);
+  EXPECT_EQ(p.rfind(shard.string() + ": file is truncated: tensor '", 0), 0u) << p;
+  EXPECT_NE(p.find("' ends at byte " + std::to_string(size) + " but the file has " +
+                   std::to_string(size - 1000) + " bytes"),
+            std::string::npos)
+      << p;
+}
+
+TEST(DataFreeChecks, HeaderOffsetsPastTheEndOrOverlapping) {
+  const fs::path dir = copy_of(FormatKind::kHf, "hf-bad-offsets");
+  const fs::path shard = dir / "model-00001-of-00003.safetensors";
+  const SafetensorsHeader before = read_safetensors_header(shard);
+  const TensorEntry& a = before.tensors[0];
+  const TensorEntry& b = before.tensors[1];
+  edit_header(
+      shard,
+      [&](json& h) {
+        // b claims a's bytes: same size needed, so give b a's offsets only if sizes match; else
+        // move.
+        auto off = h[b.name]["data_offsets"];
+        h[b.name]["data_offsets"] = {off[0].get<std::uint64_t>() - 2,
+                                     off[1].get<std::uint64_t>() - 2};
+      },
+      true);
+  std::string p = first_problem(dir);
+  EXPECT_EQ(p, shard.string() + ": tensors '" + a.name + "' and '" + b.name +
+                   "' overlap at file byte " + std::to_string(b.offset - 2))
+      << p;
+
+  const fs::path dir2 = copy_of(FormatKind::kHf, "hf-past-end");
+  const fs::path shard2 = dir2 / "model-00003-of-00003.safetensors";
+  const SafetensorsHeader h2 = read_safetensors_header(shard2);
+  const TensorEntry& last = h2.tensors.back();
+  edit_header(
+      shard2,
+      [&](json& h) {
+        auto off = h[last.name]["data_offsets"];
+        h[last.name]["data_offsets"] = {off[0].get<std::uint64_t>() + 64,
+                                        off[1].get<std::uint64_t>() + 64};
+      },
+      true);
+  p = first_problem(dir2);
+  EXPECT_NE(
+      p.find(shard2.string() + ": file is truncated: tensor '" + last.name + "' ends at byte"),
+      std::string::npos)
+      << p;
+}
+
+std::string plan_error(const dist::LayoutSpec& spec) {
+  const Checkpoint ck = Checkpoint::open(checkpoint_dir(FormatKind::kHf));
+  const dist::Layout layout = dist::Layout::make(spec);
+  const BindResult r = bind_all(ck, layout);
+  EXPECT_TRUE(r.problems.empty());
+  try {
+    make_load_plan(ck, r.bindings, layout, 1);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "planned";
+}
+
+TEST(DataFreeChecks, LayoutCannotSplitHeadsOrExperts) {
+  dist::LayoutSpec s;
+  s.world = 6;
+  s.tp = 6;  // 16 heads over attention-TP 6
+  std::string m = plan_error(s);
+  EXPECT_NE(
+      m.find(
+          "rank 1, format hf: parameter model.layers.0.self_attn.q_proj.weight: dimension 0 of 512 "
+          "(16 units of 32) does not divide over the 6 ranks of the attn-tp group"),
+      std::string::npos)
+      << m;
+  EXPECT_NE(m.find("... and "), std::string::npos) << "long lists are cut: " << m;
+
+  // Heads divide (attention-TP 1 under DP attention) but 64 experts do not divide over EP 3.
+  s.dp = 6;
+  s.ep = 3;
+  s.enable_dp_attention = true;
+  s.enable_dp_lm_head = true;
+  s.enable_dense_mlp_attn_tp = true;
+  s.enable_shared_experts_attn_tp = true;
+  m = plan_error(s);
+  EXPECT_EQ(m.rfind("15 problem(s) planning the load:\n  rank 1, format hf: parameter "
+                    "model.layers.1.block_sparse_moe.experts.w1: dimension 0 of 64 (64 units of 1) "
+                    "does not divide "
+                    "over the 3 ranks of the moe-ep group",
+                    0),
+            0u)
+      << m;
+}
+
+// The union of every rank's slices equals the whole tensor, element for element.
+void check_reconstruction(FormatKind kind, const dist::Layout& layout) {
+  SCOPED_TRACE(std::string(format_name(kind)) + " " + layout.summary());
+  const Checkpoint ck = Checkpoint::open(checkpoint_dir(kind));
+  const BindResult whole_bound = bind_all(ck, layout_of(1, 1, 1, false));
+  ASSERT_TRUE(whole_bound.problems.empty());
+  const LoadPlan whole_plan =
+      make_load_plan(ck, whole_bound.bindings, layout_of(1, 1, 1, false), 0);
+  const LoadResult whole = load(ck, whole_plan);
+  const BindResult bound = bind_all(ck, layout);
+  ASSERT_TRUE(bound.problems.empty());
+  std::map<std::string, std::vector<float>> rebuilt;
+  std::map<std::string, std::vector<int>> covered;
+  for (int r = 0; r < layout.world(); ++r) {
+    const LoadPlan plan = make_load_plan(ck, bound.bindings, layout, r);
+    const LoadResult part = load(ck, plan);
+    ASSERT_TRUE(audit(ck, plan, part.weights).empty())
+        << problems_text(audit(ck, plan, part.weights));
+    for (const auto& [name, w] : part.weights.all()) {
+      const Weight& full = whole.weights.get(name);
+      auto place = [&](const Weight& slice, const Weight& fullw, const std::string& key,
+                       const std::vector<std::int64_t>& begin) {
+        const auto local = slice.floats();
+        auto& dst = rebuilt[key];
+        auto& cov = covered[key];
+        std::size_t total = 1;
+        for (auto d : fullw.shape) total *= static_cast<std::size_t>(d);
+        dst.resize(total, 0.0f);
+        cov.resize(total, 0);
+        // Walk the slice in row-major order and map each element to the full tensor.
+        const auto& ext = slice.shape;
+        std::vector<std::int64_t> idx(ext.size(), 0);
+        for (std::size_t i = 0; i < local.size(); ++i) {
+          std::size_t flat = 0;
+          for (std::size_t d = 0; d < ext.size(); ++d)
+            flat = flat * fullw.shape[d] + (begin[d] + idx[d]);
+          dst[flat] = local[i];
+          ++cov[flat];
+          for (std::size_t d = ext.size(); d-- > 0;) {
+            if (++idx[d] < ext[d]) break;
+            idx[d] = 0;
+          }
+        }
+      };
+      if (w.split_kv()) {
+        const std::int64_t head0 = w.box.begin[0] / (w.box.extent()[0] / w.k_b->shape[0]);
+        place(*w.k_b, *full.k_b, name + ".k_b", {head0, 0, 0});
+        place(*w.v_b, *full.v_b, name + ".v_b", {head0, 0, 0});
+      } else {
+        place(w, full, name, w.box.begin);
+      }
+    }
+  }
+  for (const auto& [key, values] : rebuilt) {
+    const std::string name =
+        key.substr(0, key.rfind(".k_b") == key.size() - 4 || key.rfind(".v_b") == key.size() - 4
+                          ? key.size() - 4
+                          : key.size());
+    const Weight& full = whole.weights.get(name);
+    const Weight& src =
+        key == name ? full
+                    : (key.back() == 'b' && key[key.size() - 3] == 'k' ? *full.k_b : *full.v_b);
+    const auto expected = src.floats();
+    ASSERT_EQ(values.size(), expected.size()) << key;
+    const auto& cov = covered[key];
+    // Replicated parameters are held by every rank; split ones by exactly one.
+    const int copies = cov.empty() ? 0 : cov[0];
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      ASSERT_EQ(cov[i], copies) << key << " element " << i << " covered unevenly";
+      ASSERT_EQ(std::memcmp(&values[i], &expected[i], 4), 0) << key << " element " << i;
+    }
+  }
+}
+
+TEST(Slices, ReconstructEveryTensorAt1_4_8_64Ranks) {
+  for (FormatKind kind : {FormatKind::kHf, FormatKind::kModelSlim, FormatKind::kGguf}) {
+    check_reconstruction(kind, layout_of(1, 1, 1, false));
+    check_reconstruction(kind, layout_of(4, 2, 4, true));
+    // 8 ranks as two replicas of TP4; safetensors formats also split each expert over MoE-TP 2,
+    // which GGUF's Q3_K expert rows of 256 cannot (see the next test).
+    check_reconstruction(kind, layout_of(8, 2, kind == FormatKind::kGguf ? 4 : 2, false));
+    check_reconstruction(kind, layout_of(64, 4, 64, true));
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(Slices, KQuantColumnsCannotSplitInsideABlock) {
+  const Checkpoint ck = Checkpoint::open(checkpoint_dir(FormatKind::kGguf));
+  const dist::Layout layout = layout_of(8, 2, 2, false);  // MoE-TP 2 splits the 256 expert columns
+  const BindResult r = bind_all(ck, layout);
+  try {
+    make_load_plan(ck, r.bindings, layout, 0);
+    FAIL() << "split a Q3_K block";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "rank 0, format gguf: parameter model.layers.1.block_sparse_moe.experts.w2 "
+                  "(blk.1.ffn_down_exps.weight): columns [0, 128) of a Q3_K row do not fall on its "
+                  "256-element "
+                  "block boundaries"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace k3::model
