@@ -348,7 +348,7 @@ class Binder {
       p.dtype = dt;
       if (expert) {
         auto it = std::find_if(b.parts.begin(), b.parts.end(),
-                               [&](const StoredPart& q) { return q.role == p.role; });
+                               [&role = p.role](const StoredPart& q) { return q.role == role; });
         if (it != b.parts.end()) {
           it->tensors.push_back(tensor);
           continue;

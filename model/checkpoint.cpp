@@ -308,7 +308,11 @@ Checkpoint Checkpoint::open(const fs::path& path, std::optional<FormatKind> load
   ck.files_ = safetensors_files(path);
   index_safetensors(ck.files_, ck.tensors_);
   check_weight_map(path, ck.tensors_, ck.files_);
-  if (kind != FormatKind::kDraft) ck.config_ = read_config_json(path / "config.json");
+  ck.config_ = read_config_json(path / "config.json");
+  if (ck.config_.is_draft() != (kind == FormatKind::kDraft)) {
+    throw InputError((path / "config.json").string() + ": model_type '" + ck.config_.model_type +
+                     "' does not fit --load-format " + std::string(format_name(kind)));
+  }
   if (kind == FormatKind::kModelSlim) {
     const fs::path d = path / "quant_model_description.json";
     ck.modelslim_ = parse_modelslim_description(read_text(d), d.string());

@@ -12,11 +12,14 @@ namespace k3::model {
 using nlohmann::json;
 
 bool ModelConfig::is_mla_layer(int layer) const {
+  if (is_draft()) return true;
   return std::find(full_attn_layers.begin(), full_attn_layers.end(), layer + 1) !=
          full_attn_layers.end();
 }
 
-bool ModelConfig::is_dense_layer(int layer) const { return layer < first_k_dense_replace; }
+bool ModelConfig::is_dense_layer(int layer) const {
+  return is_draft() || layer < first_k_dense_replace;
+}
 
 void ModelConfig::validate(const std::string& source) const {
   auto fail = [&](const std::string& what) {
@@ -35,20 +38,27 @@ void ModelConfig::validate(const std::string& source) const {
   positive("qk_nope_head_dim", qk_nope_head_dim);
   positive("qk_rope_head_dim", qk_rope_head_dim);
   positive("v_head_dim", v_head_dim);
-  positive("num_experts", num_experts);
-  positive("num_experts_per_token", num_experts_per_token);
-  positive("moe_intermediate_size", moe_intermediate_size);
-  positive("routed_expert_hidden_size", routed_expert_hidden_size);
-  positive("attn_res_block_size", attn_res_block_size);
-  positive("linear_attn_config.num_heads", kda_num_heads);
-  positive("linear_attn_config.head_dim", kda_head_dim);
-  positive("linear_attn_config.short_conv_kernel_size", kda_conv_kernel);
+  if (is_draft()) {
+    if (draft_target_layers.empty()) fail("target_layer_ids is empty; a DSpark draft taps at least one layer");
+    for (int l : draft_target_layers) {
+      if (l < 0) fail("target_layer_ids entry " + std::to_string(l) + " is negative");
+    }
+  } else {
+    positive("num_experts", num_experts);
+    positive("num_experts_per_token", num_experts_per_token);
+    positive("moe_intermediate_size", moe_intermediate_size);
+    positive("routed_expert_hidden_size", routed_expert_hidden_size);
+    positive("attn_res_block_size", attn_res_block_size);
+    positive("linear_attn_config.num_heads", kda_num_heads);
+    positive("linear_attn_config.head_dim", kda_head_dim);
+    positive("linear_attn_config.short_conv_kernel_size", kda_conv_kernel);
+  }
   if (num_shared_experts < 0) fail("num_shared_experts < 0");
   if (first_k_dense_replace < 0 || first_k_dense_replace > num_hidden_layers) {
     fail("first_k_dense_replace = " + std::to_string(first_k_dense_replace) +
          " outside [0, num_hidden_layers]");
   }
-  if (num_experts_per_token > num_experts) {
+  if (!is_draft() && num_experts_per_token > num_experts) {
     fail("num_experts_per_token = " + std::to_string(num_experts_per_token) + " exceeds " +
          "num_experts = " + std::to_string(num_experts));
   }
@@ -132,6 +142,38 @@ ModelConfig preset_config(const std::string& name) {
   return c;
 }
 
+ModelConfig draft_preset_config(const std::string& name) {
+  const ModelConfig target = preset_config(name);
+  ModelConfig c;
+  c.model_type = "k3_dspark";
+  c.hidden_size = target.hidden_size;
+  c.vocab_size = target.vocab_size;
+  c.rms_norm_eps = target.rms_norm_eps;
+  c.num_attention_heads = target.num_attention_heads;
+  c.q_lora_rank = target.q_lora_rank;
+  c.kv_lora_rank = target.kv_lora_rank;
+  c.qk_nope_head_dim = target.qk_nope_head_dim;
+  c.qk_rope_head_dim = target.qk_rope_head_dim;
+  c.v_head_dim = target.v_head_dim;
+  c.bos_token_id = target.bos_token_id;
+  c.eos_token_id = target.eos_token_id;
+  c.pad_token_id = target.pad_token_id;
+  if (name == "tiny") {
+    c.num_hidden_layers = 2;
+    c.intermediate_size = 1024;
+    c.draft_target_layers = {1, 3, 4};
+  } else {
+    // Inferact/Kimi-K3-DSpark: 5 MLA layers tapping target layers 2, 23, 47, 71 and 89.
+    c.num_hidden_layers = 5;
+    c.intermediate_size = 18432;
+    c.draft_target_layers = {2, 23, 47, 71, 89};
+  }
+  c.first_k_dense_replace = c.num_hidden_layers;
+  for (int l = 1; l <= c.num_hidden_layers; ++l) c.full_attn_layers.push_back(l);
+  c.validate("draft preset " + name);
+  return c;
+}
+
 namespace {
 
 // Typed, strict access to one JSON object, naming the file and key on every error.
@@ -211,6 +253,27 @@ ModelConfig parse_config_json(const json& root, const std::string& source) {
   Reader r = nested ? top.object("text_config") : top;
   ModelConfig c;
   c.model_type = r.has("model_type") ? r.string("model_type") : "kimi_linear";
+  if (c.is_draft()) {
+    c.hidden_size = r.integer("hidden_size");
+    c.num_hidden_layers = r.integer("num_hidden_layers");
+    c.vocab_size = r.integer("vocab_size");
+    c.intermediate_size = r.integer("intermediate_size");
+    c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-5);
+    c.num_attention_heads = r.integer("num_attention_heads");
+    c.q_lora_rank = r.integer("q_lora_rank");
+    c.kv_lora_rank = r.integer("kv_lora_rank");
+    c.qk_nope_head_dim = r.integer("qk_nope_head_dim");
+    c.qk_rope_head_dim = r.integer("qk_rope_head_dim");
+    c.v_head_dim = r.integer("v_head_dim");
+    c.draft_target_layers = r.integers("target_layer_ids");
+    c.first_k_dense_replace = c.num_hidden_layers;
+    for (int l = 1; l <= c.num_hidden_layers; ++l) c.full_attn_layers.push_back(l);
+    c.bos_token_id = r.integer_or("bos_token_id", c.vocab_size - ModelConfig::kReservedSpecialTokens);
+    c.eos_token_id = r.integer_or("eos_token_id", c.bos_token_id + 2);
+    c.pad_token_id = r.integer_or("pad_token_id", c.vocab_size - 1);
+    c.validate(source);
+    return c;
+  }
   c.hidden_size = r.integer("hidden_size");
   c.num_hidden_layers = r.integer("num_hidden_layers");
   c.vocab_size = r.integer("vocab_size");
@@ -268,6 +331,31 @@ ModelConfig read_config_json(const std::filesystem::path& path) {
 }
 
 json to_config_json(const ModelConfig& c) {
+  if (c.is_draft()) {
+    return {
+        {"architectures", {"K3DSparkModel"}},
+        {"model_type", c.model_type},
+        {"hidden_size", c.hidden_size},
+        {"num_hidden_layers", c.num_hidden_layers},
+        {"vocab_size", c.vocab_size},
+        {"intermediate_size", c.intermediate_size},
+        {"hidden_act", "situ"},
+        {"rms_norm_eps", c.rms_norm_eps},
+        {"num_attention_heads", c.num_attention_heads},
+        {"q_lora_rank", c.q_lora_rank},
+        {"kv_lora_rank", c.kv_lora_rank},
+        {"qk_nope_head_dim", c.qk_nope_head_dim},
+        {"qk_rope_head_dim", c.qk_rope_head_dim},
+        {"v_head_dim", c.v_head_dim},
+        {"mla_use_nope", true},
+        {"mla_use_output_gate", true},
+        {"target_layer_ids", c.draft_target_layers},
+        {"bos_token_id", c.bos_token_id},
+        {"eos_token_id", c.eos_token_id},
+        {"pad_token_id", c.pad_token_id},
+        {"torch_dtype", "bfloat16"},
+    };
+  }
   json kda_layers = json::array();
   for (int l = 1; l <= c.num_hidden_layers; ++l) {
     if (!c.is_mla_layer(l - 1)) kda_layers.push_back(l);

@@ -48,11 +48,16 @@ struct ModelConfig {
   double kda_gate_lower_bound = -5.0;
   std::vector<int> full_attn_layers;  // 1-based, as config.json stores them (MLA layers)
 
+  // DSpark-style draft (model_type "k3_dspark"): every layer is gated NoPE MLA with a dense
+  // SiTU MLP, and `fc` projects the concatenated hidden states the target taps at these layers.
+  std::vector<int> draft_target_layers;  // 0-based target layers
+
   int bos_token_id = 0;
   int eos_token_id = 0;  // <|end_of_msg|>, the stop token
   int pad_token_id = 0;
 
   // Derived views.
+  bool is_draft() const { return model_type == "k3_dspark"; }
   bool is_mla_layer(int layer) const;    // 0-based
   bool is_dense_layer(int layer) const;  // 0-based: layer < first_k_dense_replace
   int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
@@ -69,6 +74,8 @@ struct ModelConfig {
 // The synthetic presets: "tiny" (divides cleanly for TP64/DP4/EP64, see ARCHITECTURE.md) and
 // "full" (the real Kimi-K3 shapes).
 ModelConfig preset_config(const std::string& name);
+// The DSpark-style draft that goes with a preset's target (same hidden size and vocabulary).
+ModelConfig draft_preset_config(const std::string& name);
 
 // config.json: reads "text_config" when present, else the top level. Strict: a missing key or a
 // value of the wrong JSON type is an InputError naming the file and the key.

@@ -34,16 +34,23 @@ std::vector<ParamSpec> kimi_k3_parameters(const ModelConfig& c, const dist::Layo
   // Under DP attention the embedding is vocabulary-parallel over the attention-TP group (which
   // is the TP group without DP attention); the LM head follows --enable-dp-lm-head.
   b.add("model.embed_tokens.weight", -1, F::kEmbedding, {V, H}, S::kRows, A);
+  if (c.is_draft()) {
+    // DSpark-style draft: fc fuses the tapped target hidden states into the draft's width.
+    b.add("model.fc.weight", -1, F::kLinear, {H, H * static_cast<std::int64_t>(c.draft_target_layers.size())});
+    b.add("model.hidden_norm.weight", -1, F::kVector, {H});
+  }
   b.add("model.norm.weight", -1, F::kVector, {H});
-  b.add("model.output_attn_res_score", -1, F::kAttnResScore, {H});
+  if (!c.is_draft()) b.add("model.output_attn_res_score", -1, F::kAttnResScore, {H});
   b.add("lm_head.weight", -1, F::kLinear, {V, H}, S::kRows, layout.lm_head_group());
 
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     b.add(p + "input_layernorm.weight", l, F::kVector, {H});
     b.add(p + "post_attention_layernorm.weight", l, F::kVector, {H});
-    b.add(p + "self_attention_res_score", l, F::kAttnResScore, {H});
-    b.add(p + "mlp_res_score", l, F::kAttnResScore, {H});
+    if (!c.is_draft()) {
+      b.add(p + "self_attention_res_score", l, F::kAttnResScore, {H});
+      b.add(p + "mlp_res_score", l, F::kAttnResScore, {H});
+    }
     const std::string a = p + "self_attn.";
     if (c.is_mla_layer(l)) {
       const std::int64_t heads = c.num_attention_heads;

@@ -263,7 +263,8 @@ void write_gguf_metadata(GgufWriter& w, const ModelConfig& c, const std::string&
 
 SynthSummary synthesize_checkpoint(const SynthOptions& o) {
   if (o.shards < 1) throw UsageError("--shards " + std::to_string(o.shards) + " must be >= 1");
-  ModelConfig cfg = preset_config(o.preset);
+  // A draft is its own small model, sized to go with the preset's target.
+  ModelConfig cfg = o.format == FormatKind::kDraft ? draft_preset_config(o.preset) : preset_config(o.preset);
   for (const auto& [key, value] : o.overrides) {
     if (key == "hidden_size")
       cfg.hidden_size = value;
@@ -320,11 +321,10 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
   fs::create_directories(o.out);
   Collector c(o);
   const FormatKind kind = o.format;
-  if (kind == FormatKind::kDraft)
-    throw UsageError("k3ckpt synth --format draft is not available yet");
   const bool gguf = kind == FormatKind::kGguf;
   const bool ms = kind == FormatKind::kModelSlim;
-  const std::string prefix = gguf ? "" : "language_model.";
+  const bool draft = kind == FormatKind::kDraft;
+  const std::string prefix = gguf || draft ? "" : "language_model.";
   json description = {
       {"model_quant_type", "W4A8_DYNAMIC"}, {"version", "1.0.0"}, {"group_size", 0}};
   auto float_dtype = [&](const std::string& name) {

@@ -1,5 +1,9 @@
 #include "quant/isa.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include <atomic>
 #include <cstdlib>
 #include <string>
@@ -9,11 +13,18 @@
 namespace k3::quant {
 namespace {
 
+#if defined(__x86_64__) || defined(__i386__)
+// F16C straight from CPUID: clang 14's __builtin_cpu_supports does not know "f16c".
+bool has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
+#endif
+
 Isa probe() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
@@ -37,9 +48,12 @@ void check_supported(Isa isa, std::string_view origin) {
 
 std::string_view name(Isa isa) {
   switch (isa) {
-    case Isa::kScalar: return "scalar";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kAvx512: return "avx512";
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
   }
   return "?";
 }

@@ -144,14 +144,23 @@ int inspect(const std::vector<std::string>& args) {
     std::printf("  %-6s %8llu tensors %s\n", dt.c_str(), static_cast<unsigned long long>(e.first),
                 human(e.second).c_str());
   }
-  std::string mla;
-  for (int l : c.full_attn_layers) mla += (mla.empty() ? "" : ",") + std::to_string(l - 1);
-  std::printf(
-      "config: hidden %d, layers %d (MLA at 0-based %s; the rest KDA), heads %d MLA / %d KDA, "
-      "experts %d top-%d latent %d, shared %d, vocab %d\n",
-      c.hidden_size, c.num_hidden_layers, mla.c_str(), c.num_attention_heads, c.kda_num_heads,
-      c.num_experts, c.num_experts_per_token, c.routed_expert_hidden_size, c.num_shared_experts,
-      c.vocab_size);
+  if (c.is_draft()) {
+    std::string taps;
+    for (int l : c.draft_target_layers) taps += (taps.empty() ? "" : ",") + std::to_string(l);
+    std::printf("draft (%s): hidden %d, %d gated MLA layers with dense MLP %d, heads %d, vocab %d, taps target "
+                "layers %s (fc %d -> %d)\n",
+                c.model_type.c_str(), c.hidden_size, c.num_hidden_layers, c.intermediate_size,
+                c.num_attention_heads, c.vocab_size, taps.c_str(),
+                c.hidden_size * static_cast<int>(c.draft_target_layers.size()), c.hidden_size);
+  } else {
+    std::string mla;
+    for (int l : c.full_attn_layers) mla += (mla.empty() ? "" : ",") + std::to_string(l - 1);
+    std::printf("config: hidden %d, layers %d (MLA at 0-based %s; the rest KDA), heads %d MLA / %d KDA, "
+                "experts %d top-%d latent %d, shared %d, vocab %d\n",
+                c.hidden_size, c.num_hidden_layers, mla.c_str(), c.num_attention_heads, c.kda_num_heads,
+                c.num_experts, c.num_experts_per_token, c.routed_expert_hidden_size, c.num_shared_experts,
+                c.vocab_size);
+  }
   dist::LayoutSpec one;
   const auto specs = model::kimi_k3_parameters(c, dist::Layout::make(one));
   const model::BindResult bound = model::bind_parameters(ck, specs);

@@ -28,6 +28,8 @@ po::options_description describe(K3evalOptions& o) {
        "checkpoint directory or .gguf file")
       ("load-format", po::value(&o.load_format)->value_name("FORMAT"),
        "auto (detect), hf, modelslim, gguf or draft")
+      ("draft-model-path", po::value(&o.draft_model_path)->value_name("PATH"),
+       "a DSpark-style BF16 draft checkpoint, loaded beside --model-path")
       ("load-only", po::bool_switch(&o.load_only),
        "plan, load and audit this rank's slice of --model-path, print the figures, exit")
       ("artifacts-dir", po::value(&o.artifacts_dir)->value_name("DIR"),

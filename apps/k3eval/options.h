@@ -19,6 +19,7 @@ struct K3evalOptions {
   bool check_layout = false;
   std::string model_path;  // --model-path: checkpoint directory or .gguf file
   std::string load_format = "auto";
+  std::string draft_model_path;  // --draft-model-path: a DSpark-style draft beside the model
   bool load_only = false;
   std::optional<int> debug_fail_rank;  // fault injection for tests of the fatal-error policy
   bool help = false;

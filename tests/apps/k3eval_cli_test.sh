@@ -134,6 +134,19 @@ case $case_name in
       expect_err_once "[rank 0/8] [info] $work/$format: format $format"
     done
     ;;
+  load_only_with_draft_4)
+    "$k3ckpt" synth --format gguf --out "$work/gguf" >/dev/null || fail "synth gguf failed"
+    "$k3ckpt" synth --format draft --out "$work/draft" >/dev/null || fail "synth draft failed"
+    run 4 --model-path "$work/gguf" --draft-model-path "$work/draft" --load-only --tp 4 --ep 4
+    expect_rc 0
+    expect_out "draft $work/draft: 31 tensors beside the model, audit clean"
+    run 4 --model-path "$work/draft" --load-only --tp 4
+    expect_rc 2
+    expect_err_once "$work/draft: --model-path holds a draft model; pass it with --draft-model-path"
+    run 4 --model-path "$work/gguf" --draft-model-path "$work/gguf" --load-only --tp 4 --ep 4
+    expect_rc 2
+    expect_err_once "$work/gguf: no .safetensors shards"
+    ;;
   load_only_rejects_before_reading_8)
     "$k3ckpt" synth --format modelslim --out "$work/ms" >/dev/null || fail "synth failed"
     # Drop kv_b_proj from the description and the header's view: rename the tensor in place.

@@ -18,9 +18,8 @@ cmake --build "$build" --parallel "$(nproc)" --target fuzz_safetensors fuzz_gguf
 # header prefixes (the reader reports them truncated, which still drives the whole parser).
 seeds=$build/seeds
 rm -rf "$seeds" && mkdir -p "$seeds"/{fuzz_safetensors,fuzz_gguf,fuzz_modelslim_description}
-cp "$root"/tests/fuzz/seeds/*/* "$seeds"/ 2>/dev/null || true
 for t in fuzz_safetensors fuzz_gguf fuzz_modelslim_description; do
-  [[ -d $root/tests/fuzz/seeds/$t ]] && cp "$root/tests/fuzz/seeds/$t"/* "$seeds/$t"/
+  if [[ -d $root/tests/fuzz/seeds/$t ]]; then cp "$root/tests/fuzz/seeds/$t"/* "$seeds/$t"/; fi
 done
 ck=$build/synth
 if [[ ! -d $ck/modelslim ]]; then

@@ -9,10 +9,10 @@
 #include <tbb/global_control.h>
 
 #include <algorithm>
-#include <ctime>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <random>
 #include <string>
@@ -34,7 +34,8 @@ using k3::quant::Type;
 
 std::size_t env_size(const char* name, std::size_t fallback) {
   const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? static_cast<std::size_t>(std::strtoull(v, nullptr, 10)) : fallback;
+  return v != nullptr && *v != '\0' ? static_cast<std::size_t>(std::strtoull(v, nullptr, 10))
+                                    : fallback;
 }
 
 struct Format {
@@ -56,7 +57,8 @@ struct Working {
 
 std::size_t weight_bytes(const QuantizedMatrix& m) {
   return m.data.size() + m.e8m0.size() +
-         sizeof(float) * (m.scale.size() + m.offset.size() + m.group_scale.size() + m.group_offset.size());
+         sizeof(float) *
+             (m.scale.size() + m.offset.size() + m.group_scale.size() + m.group_offset.size());
 }
 
 template <class T>
@@ -98,7 +100,8 @@ Working& working_set(const Format& f, const Shape& s) {
     const QuantizedMatrix m = make_matrix(f, s);
     current.bytes_per_copy = weight_bytes(m);
     const std::size_t min_bytes = env_size("K3_BENCH_WORKING_SET_MB", 1024) << 20;
-    const std::size_t n = std::max<std::size_t>(1, (min_bytes + current.bytes_per_copy - 1) / current.bytes_per_copy);
+    const std::size_t n =
+        std::max<std::size_t>(1, (min_bytes + current.bytes_per_copy - 1) / current.bytes_per_copy);
     current.copies.assign(n, m);
     key = want;
   }
@@ -174,7 +177,8 @@ void bench_matmul(benchmark::State& state, Format f, Shape s, std::size_t batch)
     benchmark::ClobberMemory();
   }
   const double elapsed = thread_seconds() - t0;
-  const double bytes = static_cast<double>(ws.bytes_per_copy) * static_cast<double>(state.iterations());
+  const double bytes =
+      static_cast<double>(ws.bytes_per_copy) * static_cast<double>(state.iterations());
   state.counters["weight_B/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsRate);
   state.counters["read_B/s"] = read_bw;
   state.counters["pct_of_read"] = 100.0 * bytes / elapsed / read_bw;
@@ -194,8 +198,9 @@ void bench_read(benchmark::State& state, Format f, Shape s) {
     benchmark::DoNotOptimize(sink);
   }
   for (const auto& m : ws.copies) bytes += m.data.size();
-  state.counters["read_B/s"] = benchmark::Counter(static_cast<double>(bytes) * static_cast<double>(state.iterations()),
-                                                  benchmark::Counter::kIsRate);
+  state.counters["read_B/s"] =
+      benchmark::Counter(static_cast<double>(bytes) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
 }
 
 }  // namespace
@@ -221,10 +226,14 @@ int main(int argc, char** argv) {
   const std::vector<Shape> shapes = {{7168, 3584}, {4096, 4096}};
   for (const Shape& s : shapes) {
     for (const Format& f : formats) {
-      const std::string base = f.label + "/" + std::to_string(s.rows) + "x" + std::to_string(s.cols);
-      benchmark::RegisterBenchmark(("read/" + base).c_str(), bench_read, f, s)->Unit(benchmark::kMillisecond)->MinTime(0.3);
+      const std::string base =
+          f.label + "/" + std::to_string(s.rows) + "x" + std::to_string(s.cols);
+      benchmark::RegisterBenchmark(("read/" + base).c_str(), bench_read, f, s)
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.3);
       for (std::size_t batch : {1, 16, 64}) {
-        benchmark::RegisterBenchmark(("gemm/" + base + "/batch:" + std::to_string(batch)).c_str(), bench_matmul, f, s, batch)
+        benchmark::RegisterBenchmark(("gemm/" + base + "/batch:" + std::to_string(batch)).c_str(),
+                                     bench_matmul, f, s, batch)
             ->Unit(benchmark::kMillisecond)
             ->MinTime(0.5);
       }

@@ -23,8 +23,8 @@ namespace {
 
 using testing::act_dequantized;
 using testing::dequantized;
-using testing::no_offset_dequantized;
 using testing::heavy_tailed;
+using testing::no_offset_dequantized;
 using testing::random_bytes;
 using testing::reference_gemm;
 
@@ -41,11 +41,16 @@ struct Format {
 
 const std::vector<Format>& all_formats() {
   static const std::vector<Format> f = {
-      {Type::kF32, {}},          {Type::kF16, {}},
-      {Type::kBF16, {}},         {Type::kQ8_0, {}},
-      {Type::kQ4_0, {}},         {Type::kQ2_K, {}},
-      {Type::kQ3_K, {}},         {Type::kMXFP4, {}},
-      {Type::kMXFP4Packed, {}},  {Type::kModelSlimInt8, {}},
+      {Type::kF32, {}},
+      {Type::kF16, {}},
+      {Type::kBF16, {}},
+      {Type::kQ8_0, {}},
+      {Type::kQ4_0, {}},
+      {Type::kQ2_K, {}},
+      {Type::kQ3_K, {}},
+      {Type::kMXFP4, {}},
+      {Type::kMXFP4Packed, {}},
+      {Type::kModelSlimInt8, {}},
       {Type::kModelSlimInt8, {.asymmetric = true}},
       {Type::kModelSlimInt4, {}},
       {Type::kModelSlimInt4, {.asymmetric = true}},
@@ -249,16 +254,25 @@ QuantizedMatrix random_matrix(Type t, std::size_t rows, std::size_t cols, std::s
   std::size_t scale_at = SIZE_MAX, scale2_at = SIZE_MAX;
   switch (t) {
     case Type::kQ8_0:
-    case Type::kQ4_0: scale_at = 0; break;
-    case Type::kQ2_K: scale_at = 80; scale2_at = 82; break;
-    case Type::kQ3_K: scale_at = 108; break;
-    default: break;
+    case Type::kQ4_0:
+      scale_at = 0;
+      break;
+    case Type::kQ2_K:
+      scale_at = 80;
+      scale2_at = 82;
+      break;
+    case Type::kQ3_K:
+      scale_at = 108;
+      break;
+    default:
+      break;
   }
   if (scale_at != SIZE_MAX) {
     const std::size_t bb = traits(t).block_bytes;
     for (std::size_t i = 0; i < m.data.size() / bb; i += 3) {
       store_u16(m.data.data() + i * bb + scale_at, specials[i % 7]);
-      if (scale2_at != SIZE_MAX) store_u16(m.data.data() + i * bb + scale2_at, specials[(i + 3) % 7]);
+      if (scale2_at != SIZE_MAX)
+        store_u16(m.data.data() + i * bb + scale2_at, specials[(i + 3) % 7]);
     }
   }
   (void)rb;

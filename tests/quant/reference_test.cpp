@@ -49,15 +49,15 @@ TEST(QuantFp, HalfRoundTripsEveryPattern) {
 }
 
 TEST(QuantFp, HalfRoundsToNearestEven) {
-  EXPECT_EQ(f32_to_fp16(65519.0f), 0x7bff);   // below the midpoint: max half
-  EXPECT_EQ(f32_to_fp16(65520.0f), 0x7c00);   // midpoint to 65536: ties to even = inf
+  EXPECT_EQ(f32_to_fp16(65519.0f), 0x7bff);  // below the midpoint: max half
+  EXPECT_EQ(f32_to_fp16(65520.0f), 0x7c00);  // midpoint to 65536: ties to even = inf
   EXPECT_EQ(f32_to_fp16(1e9f), 0x7c00);
-  EXPECT_EQ(f32_to_fp16(1.0f + 0x1p-11f), 0x3c00);               // tie, even stays
-  EXPECT_EQ(f32_to_fp16(1.0f + 3 * 0x1p-11f), 0x3c02);           // tie, odd rounds up
-  EXPECT_EQ(f32_to_fp16(0x1p-25f), 0x0000);                      // tie to even zero
-  EXPECT_EQ(f32_to_fp16(3 * 0x1p-25f), 0x0002);                  // subnormal tie
+  EXPECT_EQ(f32_to_fp16(1.0f + 0x1p-11f), 0x3c00);      // tie, even stays
+  EXPECT_EQ(f32_to_fp16(1.0f + 3 * 0x1p-11f), 0x3c02);  // tie, odd rounds up
+  EXPECT_EQ(f32_to_fp16(0x1p-25f), 0x0000);             // tie to even zero
+  EXPECT_EQ(f32_to_fp16(3 * 0x1p-25f), 0x0002);         // subnormal tie
   EXPECT_EQ(f32_to_fp16(-0.0f), 0x8000);
-  EXPECT_EQ(f32_to_fp16(4.0f / 127.0f), 0x2808);                 // gguf.md Q8_0 example
+  EXPECT_EQ(f32_to_fp16(4.0f / 127.0f), 0x2808);  // gguf.md Q8_0 example
 }
 
 #if defined(__x86_64__)
@@ -109,10 +109,10 @@ TEST(QuantReference, Q4_0WorkedExample) {
                         0xd5, 0xe6, 0xe6, 0xf7, 0xf7, 0xf8}));
   std::vector<float> y(32);
   dequantize_row(Type::kQ4_0, blk.data(), y.data(), 32);
-  EXPECT_EQ(y[0], -4.0f);   // qs[0]=0x80: nibble 0
-  EXPECT_EQ(y[16], 0.0f);   // nibble 8
-  EXPECT_EQ(y[15], 0.0f);   // qs[15]=0xf8
-  EXPECT_EQ(y[31], 3.5f);   // 3.75*2+8.5 = 16 clipped to 15
+  EXPECT_EQ(y[0], -4.0f);  // qs[0]=0x80: nibble 0
+  EXPECT_EQ(y[16], 0.0f);  // nibble 8
+  EXPECT_EQ(y[15], 0.0f);  // qs[15]=0xf8
+  EXPECT_EQ(y[31], 3.5f);  // 3.75*2+8.5 = 16 clipped to 15
   for (int j = 0; j < 31; ++j) EXPECT_NEAR(y[j], x[j], 0.25f + 1e-6f) << j;
 }
 
@@ -164,11 +164,11 @@ TEST(QuantReference, Q2_KWorkedExample) {
 TEST(QuantReference, Q3_KHandBuiltBlock) {
   std::vector<std::uint8_t> blk(110, 0);
   std::fill(blk.begin(), blk.begin() + 32, 0xff);  // high bit set: no -4
-  blk[1] = 0xfe;                                    // element 1 (hmask[1] bit 0) gets -4
-  blk[32 + 0] = 0x03;                               // element 0: low bits 3
+  blk[1] = 0xfe;                                   // element 1 (hmask[1] bit 0) gets -4
+  blk[32 + 0] = 0x03;                              // element 0: low bits 3
   std::uint8_t* sc = blk.data() + 96;
-  sc[0] = 0x01;                                     // sub-block 0: 6-bit 33 -> +1
-  for (int i = 8; i < 12; ++i) sc[i] = 0xaa;        // high bits 2 for all: 32 + low
+  sc[0] = 0x01;                               // sub-block 0: 6-bit 33 -> +1
+  for (int i = 8; i < 12; ++i) sc[i] = 0xaa;  // high bits 2 for all: 32 + low
   blk[108] = 0x00;
   blk[109] = 0x40;  // d = 2.0
   std::int8_t s[16];
@@ -177,8 +177,8 @@ TEST(QuantReference, Q3_KHandBuiltBlock) {
   for (int j = 1; j < 16; ++j) EXPECT_EQ(s[j], 0) << j;
   std::vector<float> y(256);
   dequantize_row(Type::kQ3_K, blk.data(), y.data(), 256);
-  EXPECT_EQ(y[0], 6.0f);    // 2 * 1 * 3
-  EXPECT_EQ(y[1], -8.0f);   // 2 * 1 * (0 - 4)
+  EXPECT_EQ(y[0], 6.0f);   // 2 * 1 * 3
+  EXPECT_EQ(y[1], -8.0f);  // 2 * 1 * (0 - 4)
   EXPECT_EQ(y[2], 0.0f);
   for (int e = 16; e < 256; ++e) EXPECT_EQ(y[e], 0.0f) << e;
 }
@@ -237,8 +237,8 @@ TEST(QuantReference, CompressedTensorsMxfp4Example) {
 TEST(QuantReference, ModelSlimInt4PackingAlongOutputs) {
   // Rows 0 and 1 share packed row 0: row 0 in the low nibble, row 1 in the high nibble.
   std::vector<float> w(2 * 32, 0.0f);
-  w[0] = 7.0f;       // row 0, col 0: +7 with scale 1
-  w[32 + 0] = -7.0f; // row 1, col 0: -7 -> code 0x9
+  w[0] = 7.0f;        // row 0, col 0: +7 with scale 1
+  w[32 + 0] = -7.0f;  // row 1, col 0: -7 -> code 0x9
   w[1] = -3.0f;
   w[32 + 1] = 2.0f;
   const QuantizedMatrix m = quantize(Type::kModelSlimInt4, w, 2, 32);
@@ -443,7 +443,8 @@ TEST(QuantBounds, ModelSlim) {
     for (std::size_t r = 0; r < rows; ++r) {
       for (std::size_t k = 0; k < cols; ++k) {
         float step = m.scale[r];
-        if (c.opt.group_size != 0) step *= m.group_scale[r * (cols / c.opt.group_size) + k / c.opt.group_size];
+        if (c.opt.group_size != 0)
+          step *= m.group_scale[r * (cols / c.opt.group_size) + k / c.opt.group_size];
         const float err = std::fabs(w[r * cols + k] - y[r * cols + k]);
         ASSERT_LE(err, 0.5f * step * 1.0001f + 1e-6f)
             << name(c.type) << " group " << c.opt.group_size << " asym " << c.opt.asymmetric;

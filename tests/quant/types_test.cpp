@@ -32,9 +32,9 @@ TEST(QuantTypes, GgufTraitsMatchGgml) {
     int ggml;
   };
   const Expect expect[] = {
-      {Type::kF32, "F32", 1, 4, 0},       {Type::kF16, "F16", 1, 2, 1},
-      {Type::kBF16, "BF16", 1, 2, 30},    {Type::kQ8_0, "Q8_0", 32, 34, 8},
-      {Type::kQ4_0, "Q4_0", 32, 18, 2},   {Type::kQ2_K, "Q2_K", 256, 84, 10},
+      {Type::kF32, "F32", 1, 4, 0},        {Type::kF16, "F16", 1, 2, 1},
+      {Type::kBF16, "BF16", 1, 2, 30},     {Type::kQ8_0, "Q8_0", 32, 34, 8},
+      {Type::kQ4_0, "Q4_0", 32, 18, 2},    {Type::kQ2_K, "Q2_K", 256, 84, 10},
       {Type::kQ3_K, "Q3_K", 256, 110, 11}, {Type::kMXFP4, "MXFP4", 32, 17, 39},
   };
   for (const auto& e : expect) {
@@ -72,8 +72,8 @@ TEST(QuantTypes, KQuantRowMustBeMultipleOf256) {
 }
 
 TEST(QuantTypes, BlockFormatsNeedMultiplesOf32) {
-  for (Type t : {Type::kQ4_0, Type::kQ8_0, Type::kMXFP4, Type::kMXFP4Packed,
-                 Type::kModelSlimInt8}) {
+  for (Type t :
+       {Type::kQ4_0, Type::kQ8_0, Type::kMXFP4, Type::kMXFP4Packed, Type::kModelSlimInt8}) {
     const std::string msg = input_error_of([t] { check_shape(t, 2, 48); });
     EXPECT_NE(msg.find(std::string(name(t)) + " [2 x 48]"), std::string::npos) << msg;
     EXPECT_NE(msg.find("multiple of 32"), std::string::npos) << msg;
