@@ -147,6 +147,24 @@ case $case_name in
     expect_rc 2
     expect_err_once "$work/gguf: no .safetensors shards"
     ;;
+  k3ckpt_tokenize)
+    "$k3ckpt" synth --format hf --out "$work/hf" >/dev/null || fail "synth hf failed"
+    "$k3ckpt" synth --format gguf --out "$work/gguf" --shards 2 >/dev/null || fail "synth gguf failed"
+    printf 'Natalia sold clips to 48 of her friends in April.\nHow much is 1234567 + 89?\n\n<|end_of_msg|> stays text\n' >"$work/in.txt"
+    "$k3ckpt" tokenize "$work/hf" <"$work/in.txt" >"$work/ids.txt" || fail "tokenize failed"
+    "$k3ckpt" tokenize "$work/gguf/kimi-k3-tiny-00001-of-00002.gguf" <"$work/in.txt" >"$work/ids_gguf.txt" || fail "tokenize gguf failed"
+    cmp -s "$work/ids.txt" "$work/ids_gguf.txt" || fail "tiktoken.model and GGUF give different ids"
+    [[ $(wc -l <"$work/ids.txt") -eq 4 ]] || fail "expected one line of ids per input line"
+    [[ $(sed -n 3p "$work/ids.txt") == "" ]] || fail "an empty line must give an empty line of ids"
+    grep -qw 4098 "$work/ids.txt" && fail "<|end_of_msg|> became a special id without --allow-special"
+    "$k3ckpt" tokenize "$work/gguf" --decode <"$work/ids.txt" >"$work/out.txt" || fail "decode failed"
+    cmp -s "$work/in.txt" "$work/out.txt" || fail "decode(encode(text)) differs: $(diff "$work/in.txt" "$work/out.txt")"
+    echo "<|end_of_msg|>" | "$k3ckpt" tokenize "$work/hf" --allow-special | grep -qx 4098 || fail "--allow-special"
+    echo "12 x 7" | "$k3ckpt" tokenize "$work/hf" --decode >/dev/null 2>"$work/err"
+    rc=$?
+    [[ $rc -eq 2 ]] || fail "a bad id must exit 2, got $rc"
+    grep -qF "stdin line 1: 'x' is not a token id below 4352" "$work/err" || fail "bad id message: $(cat "$work/err")"
+    ;;
   load_only_rejects_before_reading_8)
     "$k3ckpt" synth --format modelslim --out "$work/ms" >/dev/null || fail "synth failed"
     # Drop kv_b_proj from the description and the header's view: rename the tensor in place.

@@ -12,6 +12,7 @@
 #include "model/load_plan.h"
 #include "model/loader.h"
 #include "model/synth.h"
+#include "model/tokenizer_files.h"
 #include "quant/error.h"
 #include "quant/quantize.h"
 #include "quant/reference.h"
@@ -417,6 +418,24 @@ TEST(DataFreeChecks, LayoutCannotSplitHeadsOrExperts) {
                     0),
             0u)
       << m;
+}
+
+TEST(Vocabulary, GgufAndTiktokenFilesGiveTheSameIds) {
+  const Tokenizer from_tiktoken = open_tokenizer(checkpoint_dir(FormatKind::kHf));
+  const Tokenizer from_gguf = open_tokenizer(checkpoint_dir(FormatKind::kGguf));
+  const Tokenizer from_split = open_tokenizer(checkpoint_dir(FormatKind::kGguf) / "kimi-k3-tiny-00002-of-00003.gguf");
+  EXPECT_EQ(from_tiktoken.size(), 4352);
+  EXPECT_EQ(from_gguf.size(), 4352);
+  EXPECT_EQ(from_tiktoken.stop_id(), 4098);
+  EXPECT_EQ(from_gguf.stop_id(), 4098);
+  const auto texts = read_jsonl_corpus(test::source_dir() / ".." / "shared" / "data" / "gsm8k" / "test.jsonl");
+  ASSERT_EQ(texts.size(), 2 * 1319u);
+  for (const std::string& t : texts) {
+    const auto ids = from_tiktoken.encode(t);
+    ASSERT_EQ(from_gguf.encode(t), ids) << t;
+    ASSERT_EQ(from_split.encode(t), ids) << t;
+    ASSERT_EQ(from_gguf.decode(ids), t);
+  }
 }
 
 // The union of every rank's slices equals the whole tensor, element for element.
