@@ -39,7 +39,8 @@ void ModelConfig::validate(const std::string& source) const {
   positive("qk_rope_head_dim", qk_rope_head_dim);
   positive("v_head_dim", v_head_dim);
   if (is_draft()) {
-    if (draft_target_layers.empty()) fail("target_layer_ids is empty; a DSpark draft taps at least one layer");
+    if (draft_target_layers.empty())
+      fail("target_layer_ids is empty; a DSpark draft taps at least one layer");
     for (int l : draft_target_layers) {
       if (l < 0) fail("target_layer_ids entry " + std::to_string(l) + " is negative");
     }
@@ -244,48 +245,17 @@ class Reader {
   std::string prefix_;
 };
 
-}  // namespace
-
-ModelConfig parse_config_json(const json& root, const std::string& source) {
-  if (!root.is_object()) throw InputError(source + ": expected a JSON object");
-  Reader top(root, source, "");
-  const bool nested = top.has("text_config");
-  Reader r = nested ? top.object("text_config") : top;
-  ModelConfig c;
-  c.model_type = r.has("model_type") ? r.string("model_type") : "kimi_linear";
-  if (c.is_draft()) {
-    c.hidden_size = r.integer("hidden_size");
-    c.num_hidden_layers = r.integer("num_hidden_layers");
-    c.vocab_size = r.integer("vocab_size");
-    c.intermediate_size = r.integer("intermediate_size");
-    c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-5);
-    c.num_attention_heads = r.integer("num_attention_heads");
-    c.q_lora_rank = r.integer("q_lora_rank");
-    c.kv_lora_rank = r.integer("kv_lora_rank");
-    c.qk_nope_head_dim = r.integer("qk_nope_head_dim");
-    c.qk_rope_head_dim = r.integer("qk_rope_head_dim");
-    c.v_head_dim = r.integer("v_head_dim");
-    c.draft_target_layers = r.integers("target_layer_ids");
-    c.first_k_dense_replace = c.num_hidden_layers;
-    for (int l = 1; l <= c.num_hidden_layers; ++l) c.full_attn_layers.push_back(l);
-    c.bos_token_id = r.integer_or("bos_token_id", c.vocab_size - ModelConfig::kReservedSpecialTokens);
-    c.eos_token_id = r.integer_or("eos_token_id", c.bos_token_id + 2);
-    c.pad_token_id = r.integer_or("pad_token_id", c.vocab_size - 1);
-    c.validate(source);
-    return c;
-  }
+// Sizes and gated NoPE MLA, which a Kimi-K3 text config and a DSpark draft config share.
+void read_shared_fields(const Reader& r, ModelConfig& c, const std::string& source) {
   c.hidden_size = r.integer("hidden_size");
   c.num_hidden_layers = r.integer("num_hidden_layers");
   c.vocab_size = r.integer("vocab_size");
   c.intermediate_size = r.integer("intermediate_size");
-  c.first_k_dense_replace = r.integer_or("first_k_dense_replace", 1);
   c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-5);
   if (r.has("hidden_act") && r.string("hidden_act") != "situ") {
     throw InputError(source + ": key 'hidden_act' is \"" + r.string("hidden_act") +
                      "\", expected \"situ\" (Kimi-K3)");
   }
-  c.situ_beta = r.number_or("activation_situ_beta", 4.0);
-  c.situ_linear_beta = r.number_or("activation_situ_linear_beta", 25.0);
   c.num_attention_heads = r.integer("num_attention_heads");
   c.q_lora_rank = r.integer("q_lora_rank");
   c.kv_lora_rank = r.integer("kv_lora_rank");
@@ -295,6 +265,32 @@ ModelConfig parse_config_json(const json& root, const std::string& source) {
   if (!r.boolean_or("mla_use_nope", true)) {
     throw InputError(source + ": mla_use_nope is false; Kimi-K3 MLA has no rotary embedding");
   }
+}
+
+}  // namespace
+
+ModelConfig parse_config_json(const json& root, const std::string& source) {
+  if (!root.is_object()) throw InputError(source + ": expected a JSON object");
+  Reader top(root, source, "");
+  const bool nested = top.has("text_config");
+  Reader r = nested ? top.object("text_config") : top;
+  ModelConfig c;
+  c.model_type = r.has("model_type") ? r.string("model_type") : "kimi_linear";
+  read_shared_fields(r, c, source);
+  if (c.is_draft()) {
+    c.draft_target_layers = r.integers("target_layer_ids");
+    c.first_k_dense_replace = c.num_hidden_layers;
+    for (int l = 1; l <= c.num_hidden_layers; ++l) c.full_attn_layers.push_back(l);
+    c.bos_token_id =
+        r.integer_or("bos_token_id", c.vocab_size - ModelConfig::kReservedSpecialTokens);
+    c.eos_token_id = r.integer_or("eos_token_id", c.bos_token_id + 2);
+    c.pad_token_id = r.integer_or("pad_token_id", c.vocab_size - 1);
+    c.validate(source);
+    return c;
+  }
+  c.first_k_dense_replace = r.integer_or("first_k_dense_replace", 1);
+  c.situ_beta = r.number_or("activation_situ_beta", 4.0);
+  c.situ_linear_beta = r.number_or("activation_situ_linear_beta", 25.0);
   c.num_experts = r.integer("num_experts");
   c.num_experts_per_token = r.integer("num_experts_per_token");
   c.num_shared_experts = r.integer_or("num_shared_experts", 0);
@@ -330,51 +326,19 @@ ModelConfig read_config_json(const std::filesystem::path& path) {
   return parse_config_json(root, path.string());
 }
 
-json to_config_json(const ModelConfig& c) {
-  if (c.is_draft()) {
-    return {
-        {"architectures", {"K3DSparkModel"}},
-        {"model_type", c.model_type},
-        {"hidden_size", c.hidden_size},
-        {"num_hidden_layers", c.num_hidden_layers},
-        {"vocab_size", c.vocab_size},
-        {"intermediate_size", c.intermediate_size},
-        {"hidden_act", "situ"},
-        {"rms_norm_eps", c.rms_norm_eps},
-        {"num_attention_heads", c.num_attention_heads},
-        {"q_lora_rank", c.q_lora_rank},
-        {"kv_lora_rank", c.kv_lora_rank},
-        {"qk_nope_head_dim", c.qk_nope_head_dim},
-        {"qk_rope_head_dim", c.qk_rope_head_dim},
-        {"v_head_dim", c.v_head_dim},
-        {"mla_use_nope", true},
-        {"mla_use_output_gate", true},
-        {"target_layer_ids", c.draft_target_layers},
-        {"bos_token_id", c.bos_token_id},
-        {"eos_token_id", c.eos_token_id},
-        {"pad_token_id", c.pad_token_id},
-        {"torch_dtype", "bfloat16"},
-    };
-  }
-  json kda_layers = json::array();
-  for (int l = 1; l <= c.num_hidden_layers; ++l) {
-    if (!c.is_mla_layer(l - 1)) kda_layers.push_back(l);
-  }
-  json text = {
+namespace {
+
+// The fields a Kimi-K3 text config and a DSpark draft config share: sizes and gated NoPE MLA.
+json shared_config_json(const ModelConfig& c) {
+  return {
       {"model_type", c.model_type},
-      {"architectures", {"KimiLinearForCausalLM"}},
       {"hidden_size", c.hidden_size},
       {"num_hidden_layers", c.num_hidden_layers},
       {"vocab_size", c.vocab_size},
       {"intermediate_size", c.intermediate_size},
-      {"first_k_dense_replace", c.first_k_dense_replace},
-      {"moe_layer_freq", 1},
       {"hidden_act", "situ"},
-      {"activation_situ_beta", c.situ_beta},
-      {"activation_situ_linear_beta", c.situ_linear_beta},
       {"rms_norm_eps", c.rms_norm_eps},
       {"num_attention_heads", c.num_attention_heads},
-      {"num_key_value_heads", c.num_attention_heads},
       {"q_lora_rank", c.q_lora_rank},
       {"kv_lora_rank", c.kv_lora_rank},
       {"qk_nope_head_dim", c.qk_nope_head_dim},
@@ -382,6 +346,36 @@ json to_config_json(const ModelConfig& c) {
       {"v_head_dim", c.v_head_dim},
       {"mla_use_nope", true},
       {"mla_use_output_gate", true},
+  };
+}
+
+}  // namespace
+
+json to_config_json(const ModelConfig& c) {
+  if (c.is_draft()) {
+    json draft = shared_config_json(c);
+    draft.update({
+        {"architectures", {"K3DSparkModel"}},
+        {"target_layer_ids", c.draft_target_layers},
+        {"bos_token_id", c.bos_token_id},
+        {"eos_token_id", c.eos_token_id},
+        {"pad_token_id", c.pad_token_id},
+        {"torch_dtype", "bfloat16"},
+    });
+    return draft;
+  }
+  json kda_layers = json::array();
+  for (int l = 1; l <= c.num_hidden_layers; ++l) {
+    if (!c.is_mla_layer(l - 1)) kda_layers.push_back(l);
+  }
+  json text = shared_config_json(c);
+  text.update({
+      {"architectures", {"KimiLinearForCausalLM"}},
+      {"first_k_dense_replace", c.first_k_dense_replace},
+      {"moe_layer_freq", 1},
+      {"activation_situ_beta", c.situ_beta},
+      {"activation_situ_linear_beta", c.situ_linear_beta},
+      {"num_key_value_heads", c.num_attention_heads},
       {"num_experts", c.num_experts},
       {"num_experts_per_token", c.num_experts_per_token},
       {"num_shared_experts", c.num_shared_experts},
@@ -406,7 +400,7 @@ json to_config_json(const ModelConfig& c) {
         {"use_full_rank_gate", true},
         {"full_attn_layers", c.full_attn_layers},
         {"kda_layers", kda_layers}}},
-  };
+  });
   return {
       {"architectures", {"KimiK3ForConditionalGeneration"}},
       {"model_type", "kimi_k3"},
