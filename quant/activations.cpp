@@ -25,9 +25,8 @@ std::int8_t code_of(float v) {
 }
 
 void quantize_q8_32(const float* x, size_t cols, bool even_odd, std::int8_t* qs, float* d,
-                    std::int32_t* isum, float* xsum, float* dsum, float* row_dsum,
-                    float* row_xsum) {
-  float rd = 0.0f, rx = 0.0f;
+                    std::int32_t* isum, float* xsum, float* dsum, float* row_xsum) {
+  float rx = 0.0f;
   for (size_t b = 0; b < cols / 32; ++b) {
     const float* xb = x + 32 * b;
     float amax = 0.0f, sum = 0.0f;
@@ -50,10 +49,8 @@ void quantize_q8_32(const float* x, size_t cols, bool even_odd, std::int8_t* qs,
     isum[b] = s;
     xsum[b] = sum;
     dsum[b] = scale * static_cast<float>(s);
-    rd += dsum[b];
     rx += sum;
   }
-  *row_dsum = rd;
   *row_xsum = rx;
 }
 
@@ -95,8 +92,8 @@ void quantize_q8_k(const float* x, size_t cols, std::int8_t* qs, float* d, std::
 Activations Activations::prepare(ActFormat format, std::span<const float> x, std::size_t rows,
                                  std::size_t cols) {
   if (x.size() != rows * cols) {
-    throw InputError("quant: activations [" + std::to_string(rows) + " x " +
-                     std::to_string(cols) + "] from " + std::to_string(x.size()) + " floats");
+    throw InputError("quant: activations [" + std::to_string(rows) + " x " + std::to_string(cols) +
+                     "] from " + std::to_string(x.size()) + " floats");
   }
   Activations a;
   ActView& v = a.view_;
@@ -125,7 +122,6 @@ Activations Activations::prepare(ActFormat format, std::span<const float> x, std
     a.nisum_.resize(nb);
     a.xsum_.resize(nb);
     a.dsum_.resize(nb);
-    a.row_dsum_.resize(rows);
     a.row_xsum_.resize(rows);
   }
   auto one_row = [&](size_t r) {
@@ -137,14 +133,14 @@ Activations Activations::prepare(ActFormat format, std::span<const float> x, std
     } else {
       quantize_q8_32(xr, cols, format == ActFormat::kQ8Block32EvenOdd, qs, d,
                      a.isum_.data() + r * v.blocks, a.xsum_.data() + r * v.blocks,
-                     a.dsum_.data() + r * v.blocks, a.row_dsum_.data() + r,
-                     a.row_xsum_.data() + r);
+                     a.dsum_.data() + r * v.blocks, a.row_xsum_.data() + r);
     }
   };
   if (rows >= 8) {
-    tbb::parallel_for(tbb::blocked_range<size_t>(0, rows, 4), [&](const tbb::blocked_range<size_t>& rr) {
-      for (size_t r = rr.begin(); r != rr.end(); ++r) one_row(r);
-    });
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, rows, 4),
+                      [&](const tbb::blocked_range<size_t>& rr) {
+                        for (size_t r = rr.begin(); r != rr.end(); ++r) one_row(r);
+                      });
   } else {
     for (size_t r = 0; r < rows; ++r) one_row(r);
   }
@@ -177,7 +173,6 @@ Activations Activations::prepare(ActFormat format, std::span<const float> x, std
   v.nisum = a.nisum_.empty() ? nullptr : a.nisum_.data();
   v.xsum = a.xsum_.empty() ? nullptr : a.xsum_.data();
   v.dsum = a.dsum_.empty() ? nullptr : a.dsum_.data();
-  v.row_dsum = a.row_dsum_.empty() ? nullptr : a.row_dsum_.data();
   v.row_xsum = a.row_xsum_.empty() ? nullptr : a.row_xsum_.data();
   v.bsums = a.bsums_.empty() ? nullptr : a.bsums_.data();
   return a;

@@ -17,25 +17,24 @@ struct ActView {
   ActFormat format = ActFormat::kF32;
   std::size_t rows = 0;
   std::size_t cols = 0;
-  std::size_t blocks = 0;              // per row: cols/32 (Q8 32) or cols/256 (Q8_K)
-  const float* f32 = nullptr;          // kF32: [rows, cols]
-  const std::int8_t* qs = nullptr;     // int8 codes [rows, cols]
-  const float* d = nullptr;            // block scale: x ~ d * q      [rows, blocks]
-  const std::int32_t* isum = nullptr;  // Q8 32: sum of the 32 codes  [rows, blocks]
-  const std::int32_t* nisum = nullptr; // Q8 32: -isum (seeds exact integer offset corrections)
-  const float* xsum = nullptr;         // Q8 32: exact sum of the 32 inputs (offset terms)
-  const float* dsum = nullptr;         // Q8 32: d * isum, the sum of the dequantized block
-  const float* row_dsum = nullptr;     // Q8 32: per row, sum of dsum over the row  [rows]
-  const float* row_xsum = nullptr;     // Q8 32: per row, exact sum of x             [rows]
-  const std::int16_t* bsums = nullptr; // Q8_K: sums of 16 codes      [rows, blocks*16]
+  std::size_t blocks = 0;               // per row: cols/32 (Q8 32) or cols/256 (Q8_K)
+  const float* f32 = nullptr;           // kF32: [rows, cols]
+  const std::int8_t* qs = nullptr;      // int8 codes [rows, cols]
+  const float* d = nullptr;             // block scale: x ~ d * q      [rows, blocks]
+  const std::int32_t* isum = nullptr;   // Q8 32: sum of the 32 codes  [rows, blocks]
+  const std::int32_t* nisum = nullptr;  // Q8 32: -isum (seeds exact integer offset corrections)
+  const float* xsum = nullptr;          // Q8 32: exact sum of the 32 inputs (offset terms)
+  const float* dsum = nullptr;          // Q8 32: d * isum, the sum of the dequantized block
+  const float* row_xsum = nullptr;      // Q8 32: per row, exact sum of x             [rows]
+  const std::int16_t* bsums = nullptr;  // Q8_K: sums of 16 codes      [rows, blocks*16]
 
   // Q8 32 with rows >= kInterleaveMinRows: the same codes for GEMM kernels, grouped by 16
   // activation rows (padded with zeros): for group g and block b, 8 chunks of 64 bytes, chunk
   // j holding bytes 4j..4j+3 of the block for each of the 16 rows (row = int32 lane).
   std::size_t groups16 = 0;
-  const std::int8_t* qs16 = nullptr;    // [groups16, blocks, 8, 16, 4]
-  const float* d16 = nullptr;           // [groups16, blocks, 16]
-  const std::int32_t* nisum16 = nullptr;// [groups16, blocks, 16]
+  const std::int8_t* qs16 = nullptr;      // [groups16, blocks, 8, 16, 4]
+  const float* d16 = nullptr;             // [groups16, blocks, 16]
+  const std::int32_t* nisum16 = nullptr;  // [groups16, blocks, 16]
 };
 
 // Activation row counts from which the 16-row interleaved copy is built.
@@ -70,7 +69,6 @@ class Activations {
   std::vector<std::int32_t> nisum_;
   std::vector<float> xsum_;
   std::vector<float> dsum_;
-  std::vector<float> row_dsum_;
   std::vector<float> row_xsum_;
   std::vector<std::int16_t> bsums_;
   std::vector<std::int8_t> qs16_;

@@ -57,12 +57,13 @@ inline std::uint16_t f32_to_bf16(float f) {
 // exactly as ggml's GGML_E8M0_TO_FP32_HALF (e = 0, 1 give the subnormals 2^-128, 2^-127;
 // e = 255 gives 2^127, ggml does not treat it as NaN).
 inline float e8m0_half(std::uint8_t e) {
-  const std::uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<std::uint32_t>(e) - 1u) << 23;
+  const std::uint32_t bits =
+      e < 2 ? (0x00200000u << e) : (static_cast<std::uint32_t>(e) - 1u) << 23;
   return std::bit_cast<float>(bits);
 }
 
 // E2M1 values times two, indexed by the 4-bit code (bit 3 = sign): ggml's kvalues_mxfp4.
-inline constexpr std::array<std::int8_t, 16> kMxfp4Doubled = {0,  1,  2,  3,  4,  6,  8,  12,
+inline constexpr std::array<std::int8_t, 16> kMxfp4Doubled = {0, 1,  2,  3,  4,  6,  8,  12,
                                                               0, -1, -2, -3, -4, -6, -8, -12};
 
 // ggml's nearest_int: round to nearest even through the 1.5*2^23 trick. Exact for

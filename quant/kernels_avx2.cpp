@@ -20,7 +20,6 @@ namespace {
 using std::size_t;
 using std::uint8_t;
 
-
 K3_AVX2_INLINE float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -28,8 +27,12 @@ K3_AVX2_INLINE float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-K3_AVX2_INLINE __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-K3_AVX2_INLINE __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+K3_AVX2_INLINE __m256i load256(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+K3_AVX2_INLINE __m128i load128(const void* p) {
+  return _mm_loadu_si128(static_cast<const __m128i*>(p));
+}
 
 K3_AVX2_INLINE float half(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
 
@@ -117,21 +120,29 @@ K3_AVX2 void row_float_n(const MatrixView& w, size_t row, const ActView& a, size
 struct Q8_0W {
   static constexpr bool kSigned = true;
   static const uint8_t* row(const MatrixView& w, size_t r) { return block_row<32, 34>(w, r); }
-  static const uint8_t* block(const MatrixView&, const uint8_t* row, size_t, size_t b) { return row + 34 * b; }
+  static const uint8_t* block(const MatrixView&, const uint8_t* row, size_t, size_t b) {
+    return row + 34 * b;
+  }
   K3_AVX2_INLINE static __m256i decode(const uint8_t* blk) { return load256(blk + 2); }
-  K3_AVX2_INLINE static float scale(const MatrixView&, size_t, const uint8_t* blk, size_t) { return half(blk); }
+  K3_AVX2_INLINE static float scale(const MatrixView&, size_t, const uint8_t* blk, size_t) {
+    return half(blk);
+  }
 };
 
 struct Q4_0W {
   static constexpr bool kSigned = false;
   static const uint8_t* row(const MatrixView& w, size_t r) { return block_row<32, 18>(w, r); }
-  static const uint8_t* block(const MatrixView&, const uint8_t* row, size_t, size_t b) { return row + 18 * b; }
+  static const uint8_t* block(const MatrixView&, const uint8_t* row, size_t, size_t b) {
+    return row + 18 * b;
+  }
   K3_AVX2_INLINE static __m256i decode(const uint8_t* blk) {
     const __m128i q = load128(blk + 2);
     const __m128i m = _mm_set1_epi8(0x0f);
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
   }
-  K3_AVX2_INLINE static float scale(const MatrixView&, size_t, const uint8_t* blk, size_t) { return half(blk); }
+  K3_AVX2_INLINE static float scale(const MatrixView&, size_t, const uint8_t* blk, size_t) {
+    return half(blk);
+  }
 };
 
 K3_AVX2_INLINE __m256i mxfp4_lookup(__m128i q) {
@@ -145,9 +156,15 @@ K3_AVX2_INLINE __m256i mxfp4_lookup(__m128i q) {
 struct Mxfp4W {
   static constexpr bool kSigned = true;
   static const uint8_t* row(const MatrixView& w, size_t r) { return block_row<32, 17>(w, r); }
-  static const uint8_t* block(const MatrixView&, const uint8_t* row, size_t, size_t b) { return row + 17 * b; }
-  K3_AVX2_INLINE static __m256i decode(const uint8_t* blk) { return mxfp4_lookup(load128(blk + 1)); }
-  K3_AVX2_INLINE static float scale(const MatrixView&, size_t, const uint8_t* blk, size_t) { return e8m0_half(blk[0]); }
+  static const uint8_t* block(const MatrixView&, const uint8_t* row, size_t, size_t b) {
+    return row + 17 * b;
+  }
+  K3_AVX2_INLINE static __m256i decode(const uint8_t* blk) {
+    return mxfp4_lookup(load128(blk + 1));
+  }
+  K3_AVX2_INLINE static float scale(const MatrixView&, size_t, const uint8_t* blk, size_t) {
+    return e8m0_half(blk[0]);
+  }
 };
 
 // compressed-tensors: nibbles [row, cols/2], E8M0 [row, cols/32]; activations are even/odd.
@@ -217,13 +234,15 @@ K3_AVX2 void row_ms_int8_n(const MatrixView& w, size_t row, const ActView& a, si
     for (int i = 0; i < NA; ++i) {
       const size_t ab = (a0 + i) * nb + b;
       const __m256i s = dot_s8s8(q, load256(a.qs + 32 * ab));
-      acc[b & 1][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a.d[ab]), acc[b & 1][i]);
+      acc[b & 1][i] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a.d[ab]), acc[b & 1][i]);
       xs[i] += a.xsum[ab];
     }
   }
   const float off = w.offset.empty() ? 0.0f : w.offset[row];
   for (int i = 0; i < NA; ++i) {
-    y[(a0 + i) * ldy + row] = w.scale[row] * (hsum(_mm256_add_ps(acc[0][i], acc[1][i])) - off * xs[i]);
+    y[(a0 + i) * ldy + row] =
+        w.scale[row] * (hsum(_mm256_add_ps(acc[0][i], acc[1][i])) - off * xs[i]);
   }
 }
 
@@ -252,8 +271,10 @@ K3_AVX2 void row_ms_int4_n(const MatrixView& w, size_t unit, const ActView& a, s
         const __m256i x = load256(a.qs + 32 * ab);
         const __m256i corr = _mm256_set1_epi32(a.isum[ab]);
         const __m256 dx = _mm256_set1_ps(a.d[ab]);
-        g0[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot_u8s8(lo, x), corr)), dx, g0[i]);
-        g1[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot_u8s8(hi, x), corr)), dx, g1[i]);
+        g0[i] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot_u8s8(lo, x), corr)), dx, g0[i]);
+        g1[i] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot_u8s8(hi, x), corr)), dx, g1[i]);
         xs[i] += a.xsum[ab];
       }
     }
@@ -285,8 +306,8 @@ K3_AVX2 void row_ms_int4_n(const MatrixView& w, size_t unit, const ActView& a, s
 K3_AVX2_INLINE __m256i pair_scale_mask(int j) {
   const char z = static_cast<char>(0x80);
   const auto a = static_cast<char>(j), b = static_cast<char>(j + 1);
-  return _mm256_setr_epi8(a, z, a, z, a, z, a, z, a, z, a, z, a, z, a, z,
-                          b, z, b, z, b, z, b, z, b, z, b, z, b, z, b, z);
+  return _mm256_setr_epi8(a, z, a, z, a, z, a, z, a, z, a, z, a, z, a, z, b, z, b, z, b, z, b, z, b,
+                          z, b, z, b, z, b, z);
 }
 
 template <int NA>
@@ -303,7 +324,8 @@ K3_AVX2 void row_q2_k_n(const MatrixView& w, size_t row, const ActView& a, size_
     prefetch(blk + 64);
     const __m128i sc8 = load128(blk + layout::kQ2KScales);
     const __m256i scales = _mm256_broadcastsi128_si256(_mm_and_si128(sc8, _mm_set1_epi8(0x0f)));
-    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0f)));
+    const __m256i mins =
+        _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0f)));
     const float d = half(blk + layout::kQ2KD), dmin = half(blk + layout::kQ2KDmin);
     __m256i sum[NA];
     for (int i = 0; i < NA; ++i) sum[i] = _mm256_setzero_si256();
@@ -337,8 +359,8 @@ K3_AVX2_INLINE __m256i pair_scale16(__m256i sc16, int j) {
                                    : _mm256_permute2x128_si256(sc16, sc16, 0x11);
   const auto a = static_cast<char>(2 * (j % 8)), b = static_cast<char>(2 * (j % 8) + 2);
   const auto a1 = static_cast<char>(a + 1), b1 = static_cast<char>(b + 1);
-  const __m256i mask = _mm256_setr_epi8(a, a1, a, a1, a, a1, a, a1, a, a1, a, a1, a, a1, a, a1,
-                                        b, b1, b, b1, b, b1, b, b1, b, b1, b, b1, b, b1, b, b1);
+  const __m256i mask = _mm256_setr_epi8(a, a1, a, a1, a, a1, a, a1, a, a1, a, a1, a, a1, a, a1, b,
+                                        b1, b, b1, b, b1, b, b1, b, b1, b, b1, b, b1, b, b1);
   return _mm256_shuffle_epi8(half_lanes, mask);
 }
 
@@ -350,9 +372,11 @@ K3_AVX2_INLINE __m128i q3_k_scales(const uint8_t* p) {
   std::memcpy(&hi, p + 8, sizeof hi);
   const __m128i v = _mm_cvtsi64_si128(static_cast<long long>(lo));
   const __m128i m4 = _mm_set1_epi8(0x0f);
-  const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
-  const __m128i top = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(hi)), _mm_setr_epi32(0, 2, 4, 6)),
-                                    _mm_set1_epi8(3));
+  const __m128i low =
+      _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+  const __m128i top = _mm_and_si128(
+      _mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(hi)), _mm_setr_epi32(0, 2, 4, 6)),
+      _mm_set1_epi8(3));
   return _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(top, 4)), _mm_set1_epi8(32));
 }
 
@@ -378,8 +402,10 @@ K3_AVX2 void row_q3_k_n(const MatrixView& w, size_t row, const ActView& a, size_
       for (int s = 0; s < 4; ++s) {
         const int c = 4 * h + s;  // 32-element chunk: its high bits are bit c of hmask
         const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << c));
-        const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), four);
-        const __m256i u = _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi16(q32, 2 * s), m3), high);
+        const __m256i high =
+            _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), four);
+        const __m256i u =
+            _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi16(q32, 2 * s), m3), high);
         const __m256i scp = pair_scale16(sc16, 2 * c);
         for (int i = 0; i < NA; ++i) {
           const size_t ab = (a0 + i) * nb + b;
@@ -391,7 +417,8 @@ K3_AVX2 void row_q3_k_n(const MatrixView& w, size_t row, const ActView& a, size_
     for (int i = 0; i < NA; ++i) {
       const size_t ab = (a0 + i) * nb + b;
       // u = weight + 4: subtract 4 * sum_j sc_j * bsum_j.
-      const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(sc16, load256(a.bsums + 16 * ab)), 2);
+      const __m256i corr =
+          _mm256_slli_epi32(_mm256_madd_epi16(sc16, load256(a.bsums + 16 * ab)), 2);
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sum[i], corr)),
                                _mm256_set1_ps(d * a.d[ab]), acc[i]);
     }
@@ -401,24 +428,58 @@ K3_AVX2 void row_q3_k_n(const MatrixView& w, size_t row, const ActView& a, size_
 
 // ------------------------------------------------------------------ dispatch on na
 
-#define K3_DISPATCH_NA(fn)                                                                     \
-  [](const MatrixView& w, size_t u, const ActView& a, size_t a0, size_t na, float* y,         \
-     size_t ldy) {                                                                            \
-    switch (na) {                                                                             \
-      case 1: fn<1>(w, u, a, a0, y, ldy); break;                                              \
-      case 2: fn<2>(w, u, a, a0, y, ldy); break;                                              \
-      case 3: fn<3>(w, u, a, a0, y, ldy); break;                                              \
-      default: fn<4>(w, u, a, a0, y, ldy); break;                                             \
-    }                                                                                         \
+#define K3_DISPATCH_NA(fn)                                                            \
+  [](const MatrixView& w, size_t u, const ActView& a, size_t a0, size_t na, float* y, \
+     size_t ldy) {                                                                    \
+    switch (na) {                                                                     \
+      case 1:                                                                         \
+        fn<1>(w, u, a, a0, y, ldy);                                                   \
+        break;                                                                        \
+      case 2:                                                                         \
+        fn<2>(w, u, a, a0, y, ldy);                                                   \
+        break;                                                                        \
+      case 3:                                                                         \
+        fn<3>(w, u, a, a0, y, ldy);                                                   \
+        break;                                                                        \
+      default:                                                                        \
+        fn<4>(w, u, a, a0, y, ldy);                                                   \
+        break;                                                                        \
+    }                                                                                 \
   }
 
-template <int NA> K3_AVX2 void f32_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_float_n<Type::kF32, NA>(w, u, a, a0, y, l); }
-template <int NA> K3_AVX2 void f16_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_float_n<Type::kF16, NA>(w, u, a, a0, y, l); }
-template <int NA> K3_AVX2 void bf16_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_float_n<Type::kBF16, NA>(w, u, a, a0, y, l); }
-template <int NA> K3_AVX2 void q8_0_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_q8_n<Q8_0W, NA>(w, u, a, a0, y, l); }
-template <int NA> K3_AVX2 void q4_0_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_q8_n<Q4_0W, NA>(w, u, a, a0, y, l); }
-template <int NA> K3_AVX2 void mxfp4_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_q8_n<Mxfp4W, NA>(w, u, a, a0, y, l); }
-template <int NA> K3_AVX2 void mxfp4p_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_q8_n<Mxfp4PackedW, NA>(w, u, a, a0, y, l); }
+template <int NA>
+K3_AVX2 void f32_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) {
+  row_float_n<Type::kF32, NA>(w, u, a, a0, y, l);
+}
+template <int NA>
+K3_AVX2 void f16_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) {
+  row_float_n<Type::kF16, NA>(w, u, a, a0, y, l);
+}
+template <int NA>
+K3_AVX2 void bf16_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y,
+                    size_t l) {
+  row_float_n<Type::kBF16, NA>(w, u, a, a0, y, l);
+}
+template <int NA>
+K3_AVX2 void q8_0_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y,
+                    size_t l) {
+  row_q8_n<Q8_0W, NA>(w, u, a, a0, y, l);
+}
+template <int NA>
+K3_AVX2 void q4_0_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y,
+                    size_t l) {
+  row_q8_n<Q4_0W, NA>(w, u, a, a0, y, l);
+}
+template <int NA>
+K3_AVX2 void mxfp4_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y,
+                     size_t l) {
+  row_q8_n<Mxfp4W, NA>(w, u, a, a0, y, l);
+}
+template <int NA>
+K3_AVX2 void mxfp4p_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y,
+                      size_t l) {
+  row_q8_n<Mxfp4PackedW, NA>(w, u, a, a0, y, l);
+}
 
 KernelTable make_table() {
   KernelTable t;

@@ -40,15 +40,20 @@ using std::uint8_t;
 
 inline constexpr size_t kPrefetchBytes = 4096;  // see kernels_avx2.cpp
 
-
 K3_512_INLINE void prefetch(const void* p) {
   _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T1);
 }
 
 K3_512_INLINE __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
-K3_512_INLINE __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-K3_512_INLINE __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-K3_512_INLINE __m128i load64(const void* p) { return _mm_loadl_epi64(static_cast<const __m128i*>(p)); }
+K3_512_INLINE __m256i load256(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+K3_512_INLINE __m128i load128(const void* p) {
+  return _mm_loadu_si128(static_cast<const __m128i*>(p));
+}
+K3_512_INLINE __m128i load64(const void* p) {
+  return _mm_loadl_epi64(static_cast<const __m128i*>(p));
+}
 
 K3_512_INLINE float hsum256(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -58,9 +63,15 @@ K3_512_INLINE float hsum256(__m256 v) {
 }
 
 // [v0 x8, v1 x8] from the two low lanes of an xmm.
-K3_512_INLINE __m512i pair_index() { return _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0); }
-K3_512_INLINE __m512 spread2(__m128 v) { return _mm512_permutexvar_ps(pair_index(), _mm512_castps128_ps512(v)); }
-K3_512_INLINE __m512i spread2i(__m128i v) { return _mm512_permutexvar_epi32(pair_index(), _mm512_castsi128_si512(v)); }
+K3_512_INLINE __m512i pair_index() {
+  return _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+}
+K3_512_INLINE __m512 spread2(__m128 v) {
+  return _mm512_permutexvar_ps(pair_index(), _mm512_castps128_ps512(v));
+}
+K3_512_INLINE __m512i spread2i(__m128i v) {
+  return _mm512_permutexvar_epi32(pair_index(), _mm512_castsi128_si512(v));
+}
 
 // Two f16 scales at p and p + stride -> [d0, d1, ...].
 K3_512_INLINE __m128 half2(const uint8_t* p, size_t stride) {
@@ -80,7 +91,8 @@ K3_512_INLINE __m128 half4(const uint8_t* p, size_t stride) {
 constexpr std::array<float, 256> make_e8m0_table() {
   std::array<float, 256> t{};
   for (int e = 0; e < 256; ++e) {
-    const std::uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<std::uint32_t>(e) - 1u) << 23;
+    const std::uint32_t bits =
+        e < 2 ? (0x00200000u << e) : (static_cast<std::uint32_t>(e) - 1u) << 23;
     t[e] = std::bit_cast<float>(bits);
   }
   return t;
@@ -95,7 +107,6 @@ K3_512_INLINE __m128 e8m0_4(std::uint32_t packed) {
   const __m128 e = _mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(static_cast<int>(packed))));
   return _mm_scalef_ps(_mm_set1_ps(1.0f), _mm_sub_ps(e, _mm_set1_ps(128.0f)));
 }
-
 
 // Words of 128-bit lanes 1 and 3: the lanes that take the high nibbles.
 inline constexpr __mmask32 kOddLanes = 0xff00ff00u;
@@ -141,7 +152,8 @@ K3_512_INLINE __m512 load_w16_masked(const uint8_t* p, __mmask16 m) {
   } else if constexpr (T == Type::kF16) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
   } else {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
   }
 }
 
@@ -167,11 +179,14 @@ K3_512 void row_float_n(const MatrixView& w, size_t row, const ActView& a, size_
   }
   for (; k < n; k += 16) {
     const size_t left = n - k;
-    const __mmask16 m = left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
+    const __mmask16 m =
+        left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
     const __m512 w0 = load_w16_masked<T>(p + kEs * k, m);
-    for (int i = 0; i < NA; ++i) acc0[i] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m, x[i] + k), acc0[i]);
+    for (int i = 0; i < NA; ++i)
+      acc0[i] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m, x[i] + k), acc0[i]);
   }
-  for (int i = 0; i < NA; ++i) y[(a0 + i) * ldy + row] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i], acc1[i]));
+  for (int i = 0; i < NA; ++i)
+    y[(a0 + i) * ldy + row] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i], acc1[i]));
 }
 
 // R weight rows x NA activation rows of fp32 work: R*NA accumulators, each weight vector
@@ -221,10 +236,17 @@ K3_512 void float_rows(const MatrixView& w, size_t r0, const ActView& a, float* 
   size_t a0 = 0;
   for (; a0 + 4 <= a.rows; a0 += 4) float_block<T, R, 4>(w, r0, a, a0, y, ldy);
   switch (a.rows - a0) {
-    case 1: float_block<T, R, 1>(w, r0, a, a0, y, ldy); break;
-    case 2: float_block<T, R, 2>(w, r0, a, a0, y, ldy); break;
-    case 3: float_block<T, R, 3>(w, r0, a, a0, y, ldy); break;
-    default: break;
+    case 1:
+      float_block<T, R, 1>(w, r0, a, a0, y, ldy);
+      break;
+    case 2:
+      float_block<T, R, 2>(w, r0, a, a0, y, ldy);
+      break;
+    case 3:
+      float_block<T, R, 3>(w, r0, a, a0, y, ldy);
+      break;
+    default:
+      break;
   }
 }
 
@@ -269,7 +291,9 @@ struct Q4_0D {
   Q4_0D(const MatrixView& w, size_t row) : p(block_row<32, 18>(w, row)) {}
   const uint8_t* at(size_t b) const { return p + 18 * b; }
   K3_512_INLINE void fetch(size_t b) const { prefetch(p + 18 * b); }
-  K3_512_INLINE __m512i decode2(size_t b) const { return nibbles2(p + 18 * b + 2, p + 18 * b + 20); }
+  K3_512_INLINE __m512i decode2(size_t b) const {
+    return nibbles2(p + 18 * b + 2, p + 18 * b + 20);
+  }
   K3_512_INLINE __m256i decode1(size_t b) const { return nibbles1(p + 18 * b + 2); }
   K3_512_INLINE __m128 scale2(size_t b) const { return half2(p + 18 * b, 18); }
   K3_512_INLINE __m128 scale4(size_t b) const { return half4(p + 18 * b, 18); }
@@ -285,15 +309,18 @@ struct Mxfp4D {
   const uint8_t* at(size_t b) const { return p + 17 * b; }
   K3_512_INLINE void fetch(size_t b) const { prefetch(p + 17 * b); }
   K3_512_INLINE __m512i decode2(size_t b) const {
-    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(mxfp4_table()), nibbles2(p + 17 * b + 1, p + 17 * b + 18));
+    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(mxfp4_table()),
+                               nibbles2(p + 17 * b + 1, p + 17 * b + 18));
   }
   K3_512_INLINE __m256i decode1(size_t b) const {
-    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(mxfp4_table()), nibbles1(p + 17 * b + 1));
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(mxfp4_table()),
+                               nibbles1(p + 17 * b + 1));
   }
   K3_512_INLINE __m128 scale2(size_t b) const { return e8m0_2(p[17 * b], p[17 * b + 17]); }
   K3_512_INLINE __m128 scale4(size_t b) const {
     const uint8_t* e = p + 17 * b;
-    return e8m0_4(e[0] | (static_cast<std::uint32_t>(e[17]) << 8) | (static_cast<std::uint32_t>(e[34]) << 16) |
+    return e8m0_4(e[0] | (static_cast<std::uint32_t>(e[17]) << 8) |
+                  (static_cast<std::uint32_t>(e[34]) << 16) |
                   (static_cast<std::uint32_t>(e[51]) << 24));
   }
   K3_512_INLINE float scale1(size_t b) const { return kE8m0Half[p[17 * b]]; }
@@ -311,7 +338,8 @@ struct Mxfp4PackedD {
   const uint8_t* at(size_t b) const { return p + 16 * b; }
   K3_512_INLINE void fetch(size_t b) const { prefetch(p + 16 * b); }
   K3_512_INLINE __m512i decode2(size_t b) const {
-    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(mxfp4_table()), nibbles2(p + 16 * b, p + 16 * b + 16));
+    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(mxfp4_table()),
+                               nibbles2(p + 16 * b, p + 16 * b + 16));
   }
   K3_512_INLINE __m256i decode1(size_t b) const {
     return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(mxfp4_table()), nibbles1(p + 16 * b));
@@ -353,7 +381,8 @@ K3_512_INLINE void q8_pair(const D& dec, const ActView& a, size_t a0, size_t b, 
     const size_t ab = (a0 + i) * a.blocks + b;
     __m512i corr = spread2i(load64(a.isum + ab));
     if constexpr (D::kShift != 0) corr = _mm512_slli_epi32(corr, D::kShift);
-    const __m512i s = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, load512(a.qs + 32 * ab)), corr);
+    const __m512i s = _mm512_sub_epi32(
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, load512(a.qs + 32 * ab)), corr);
     const __m128 dx = _mm_castsi128_ps(load64(a.d + ab));
     acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), spread2(_mm_mul_ps(dw, dx)), acc[i]);
   }
@@ -366,7 +395,8 @@ K3_512_INLINE void q8_single(const D& dec, const ActView& a, size_t a0, size_t b
   for (int i = 0; i < NA; ++i) {
     const size_t ab = (a0 + i) * a.blocks + b;
     const __m256i corr = _mm256_slli_epi32(_mm256_set1_epi32(a.isum[ab]), D::kShift);
-    const __m256i s = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, load256(a.qs + 32 * ab)), corr);
+    const __m256i s = _mm256_sub_epi32(
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, load256(a.qs + 32 * ab)), corr);
     acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * a.d[ab]), acc[i]);
   }
 }
@@ -387,9 +417,12 @@ K3_512_INLINE void q8_quad(const D& dec, const ActView& a, size_t a0, size_t b, 
     const size_t ab = (a0 + i) * a.blocks + b;
     const __m128 sc = _mm_mul_ps(dw, _mm_loadu_ps(a.d + ab));
     const __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u0, load512(a.qs + 32 * ab));
-    const __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u1, load512(a.qs + 32 * ab + 64));
-    acc0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_permutexvar_ps(lo_idx, _mm512_castps128_ps512(sc)), acc0[i]);
-    acc1[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_permutexvar_ps(hi_idx, _mm512_castps128_ps512(sc)), acc1[i]);
+    const __m512i s1 =
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), u1, load512(a.qs + 32 * ab + 64));
+    acc0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0),
+                              _mm512_permutexvar_ps(lo_idx, _mm512_castps128_ps512(sc)), acc0[i]);
+    acc1[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1),
+                              _mm512_permutexvar_ps(hi_idx, _mm512_castps128_ps512(sc)), acc1[i]);
     corr[i] = _mm_fmadd_ps(dw, _mm_loadu_ps(a.dsum + ab), corr[i]);
   }
 }
@@ -418,8 +451,8 @@ K3_512 void row_q8_n(const MatrixView& w, size_t row, const ActView& a, size_t a
   for (int i = 0; i < NA; ++i) {
     __m128 c = _mm_add_ps(corr[i], _mm_movehl_ps(corr[i], corr[i]));
     c = _mm_add_ss(c, _mm_movehdup_ps(c));
-    y[(a0 + i) * ldy + row] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i], acc1[i])) + hsum256(tail[i]) -
-                              kOffset * _mm_cvtss_f32(c);
+    y[(a0 + i) * ldy + row] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i], acc1[i])) +
+                              hsum256(tail[i]) - kOffset * _mm_cvtss_f32(c);
   }
 }
 
@@ -450,7 +483,8 @@ K3_512_INLINE void q8_tile_rows(const MatrixView& w, size_t row0, const uint8_t*
     }
     const __m512 dx = _mm512_loadu_ps(a.d16 + gb * 16);
     for (int r = 0; r < R; ++r) {
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r]), _mm512_mul_ps(dx, _mm512_set1_ps(sc[r * nb + b])), acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r]),
+                               _mm512_mul_ps(dx, _mm512_set1_ps(sc[r * nb + b])), acc[r]);
     }
   }
   const size_t lanes = std::min<size_t>(16, a.rows - 16 * g);
@@ -479,7 +513,8 @@ K3_512 void q8_gemv4(const MatrixView& w, size_t r0, const ActView& a, float* y)
   // The four rows are adjacent in memory: prefetch the same position eight rows ahead (two
   // groups on), at least kPrefetchBytes away. A fixed 4 KiB distance lands inside this group
   // (measured: Q4_0 GEMV fell from ~80% to ~58% of read bandwidth).
-  const size_t ahead = std::max<size_t>(8 * static_cast<size_t>(dec[1].at(0) - dec[0].at(0)), kPrefetchBytes);
+  const size_t ahead =
+      std::max<size_t>(8 * static_cast<size_t>(dec[1].at(0) - dec[0].at(0)), kPrefetchBytes);
   __m512 acc0[4], acc1[4];
   __m128 corr[4];
   for (int r = 0; r < 4; ++r) {
@@ -499,8 +534,10 @@ K3_512 void q8_gemv4(const MatrixView& w, size_t r0, const ActView& a, float* y)
       const __m128 sc = _mm_mul_ps(dw, dx);
       const __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), dec[r].decode2(b), x0);
       const __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), dec[r].decode2(b + 2), x1);
-      acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_permutexvar_ps(lo_idx, _mm512_castps128_ps512(sc)), acc0[r]);
-      acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_permutexvar_ps(hi_idx, _mm512_castps128_ps512(sc)), acc1[r]);
+      acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0),
+                                _mm512_permutexvar_ps(lo_idx, _mm512_castps128_ps512(sc)), acc0[r]);
+      acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1),
+                                _mm512_permutexvar_ps(hi_idx, _mm512_castps128_ps512(sc)), acc1[r]);
       corr[r] = _mm_fmadd_ps(dw, ds, corr[r]);
     }
   }
@@ -519,7 +556,8 @@ K3_512 void q8_gemv4(const MatrixView& w, size_t r0, const ActView& a, float* y)
   }
   constexpr float kOffset = static_cast<float>(8 << D::kShift);
   for (int r = 0; r < 4; ++r) {
-    const float v = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r])) + tail[r] - kOffset * hsum128(corr[r]);
+    const float v = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r])) + tail[r] -
+                    kOffset * hsum128(corr[r]);
     y[r0 + r] = D::finish(w, r0 + r, a, 0, v);
   }
 }
@@ -536,7 +574,8 @@ K3_512 void q8_tile(const MatrixView& w, size_t u0, size_t nu, const ActView& a,
     }
     const RowKernel row = avx512_kernels().row[static_cast<size_t>(w.type)];
     for (; r < u0 + nu; ++r) {
-      for (size_t a0 = 0; a0 < a.rows; a0 += kMaxActs) row(w, r, a, a0, std::min(kMaxActs, a.rows - a0), y, ldy);
+      for (size_t a0 = 0; a0 < a.rows; a0 += kMaxActs)
+        row(w, r, a, a0, std::min(kMaxActs, a.rows - a0), y, ldy);
     }
     return;
   }
@@ -553,8 +592,10 @@ K3_512 void q8_tile(const MatrixView& w, size_t u0, size_t nu, const ActView& a,
   }
   for (size_t g = 0; g < a.groups16; ++g) {
     size_t r = 0;
-    for (; r + 4 <= nu; r += 4) q8_tile_rows<D, 4>(w, u0 + r, u.data() + r * cols, sc.data() + r * nb, a, g, y, ldy);
-    for (; r < nu; ++r) q8_tile_rows<D, 1>(w, u0 + r, u.data() + r * cols, sc.data() + r * nb, a, g, y, ldy);
+    for (; r + 4 <= nu; r += 4)
+      q8_tile_rows<D, 4>(w, u0 + r, u.data() + r * cols, sc.data() + r * nb, a, g, y, ldy);
+    for (; r < nu; ++r)
+      q8_tile_rows<D, 1>(w, u0 + r, u.data() + r * cols, sc.data() + r * nb, a, g, y, ldy);
   }
 }
 
@@ -594,10 +635,12 @@ K3_512 void row_ms_int8_n(const MatrixView& w, size_t row, const ActView& a, siz
     }
   }
   for (; b < nb; ++b) {
-    const __m256i u = _mm256_xor_si256(load256(p + 32 * b), _mm256_set1_epi8(static_cast<char>(0x80)));
+    const __m256i u =
+        _mm256_xor_si256(load256(p + 32 * b), _mm256_set1_epi8(static_cast<char>(0x80)));
     for (int i = 0; i < NA; ++i) {
       const size_t ab = (a0 + i) * nb + b;
-      const __m256i s = _mm256_dpbusd_epi32(_mm256_set1_epi32(16 * a.nisum[ab]), u, load256(a.qs + 32 * ab));
+      const __m256i s =
+          _mm256_dpbusd_epi32(_mm256_set1_epi32(16 * a.nisum[ab]), u, load256(a.qs + 32 * ab));
       tail[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a.d[ab]), tail[i]);
     }
   }
@@ -640,8 +683,10 @@ K3_512 void row_ms_int4_n(const MatrixView& w, size_t unit, const ActView& a, si
       for (int i = 0; i < NA; ++i) {
         const size_t ab = (a0 + i) * nb + b;
         const __m512i x = load512(a.qs + 32 * ab);
-        const __m512 dx = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castsi128_ps(load64(a.d + ab))));
-        const __m512i n = _mm512_permutexvar_epi32(idx, _mm512_castsi128_si512(load64(a.nisum + ab)));
+        const __m512 dx =
+            _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castsi128_ps(load64(a.d + ab))));
+        const __m512i n =
+            _mm512_permutexvar_epi32(idx, _mm512_castsi128_si512(load64(a.nisum + ab)));
         g0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(n, lo, x)), dx, g0[i]);
         g1[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(n, hi, x)), dx, g1[i]);
         xs[i] += a.xsum[ab] + a.xsum[ab + 1];
@@ -655,7 +700,7 @@ K3_512 void row_ms_int4_n(const MatrixView& w, size_t unit, const ActView& a, si
         const size_t ab = (a0 + i) * nb + b;
         const __m512i x = _mm512_zextsi256_si512(load256(a.qs + 32 * ab));  // upper lanes: dot 0
         const __m512 dx = _mm512_set1_ps(a.d[ab]);
-        const __m512i n = _mm512_maskz_set1_epi32(0x00ff, a.nisum[ab]);     // and no correction
+        const __m512i n = _mm512_maskz_set1_epi32(0x00ff, a.nisum[ab]);  // and no correction
         g0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(n, lo, x)), dx, g0[i]);
         g1[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(n, hi, x)), dx, g1[i]);
         xs[i] += a.xsum[ab];
@@ -695,18 +740,21 @@ K3_512_INLINE __m128i q3_k_scales(const uint8_t* p) {
   std::memcpy(&hi, p + 8, sizeof hi);
   const __m128i v = _mm_cvtsi64_si128(static_cast<long long>(lo));
   const __m128i m4 = _mm_set1_epi8(0x0f);
-  const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
-  const __m128i top = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(hi)), _mm_setr_epi32(0, 2, 4, 6)),
-                                    _mm_set1_epi8(3));
+  const __m128i low =
+      _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+  const __m128i top = _mm_and_si128(
+      _mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(hi)), _mm_setr_epi32(0, 2, 4, 6)),
+      _mm_set1_epi8(3));
   return _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(top, 4)), _mm_set1_epi8(32));
 }
 
 // Word indices that spread 4 consecutive sub-block scales j0..j0+3 over the four 128-bit
 // lanes of a zmm (8 words each).
 K3_512_INLINE __m512i scale_index(short j0) {
-  const short a = j0, b = static_cast<short>(j0 + 1), c = static_cast<short>(j0 + 2), d = static_cast<short>(j0 + 3);
-  return _mm512_set_epi16(d, d, d, d, d, d, d, d, c, c, c, c, c, c, c, c,
-                          b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
+  const short a = j0, b = static_cast<short>(j0 + 1), c = static_cast<short>(j0 + 2),
+              d = static_cast<short>(j0 + 3);
+  return _mm512_set_epi16(d, d, d, d, d, d, d, d, c, c, c, c, c, c, c, c, b, b, b, b, b, b, b, b, a,
+                          a, a, a, a, a, a, a);
 }
 
 // One 256-block: 64 elements per step (chunks c, c+1 of 32 elements, c = 4h + s, s in {0, 2}).
@@ -718,14 +766,16 @@ K3_512_INLINE void kquant_block(const uint8_t* qs, __m256i hmask, __m512i sc16, 
   const __m512i m3 = _mm512_set1_epi8(3);
   for (int h = 0; h < 2; ++h) {
     const __m256i q32 = load256(qs + 32 * h);
-    const __m512i z02 = _mm512_inserti64x4(_mm512_castsi256_si512(q32), _mm256_srli_epi16(q32, 2), 1);
+    const __m512i z02 =
+        _mm512_inserti64x4(_mm512_castsi256_si512(q32), _mm256_srli_epi16(q32, 2), 1);
     const __m512i z46 = _mm512_srli_epi16(z02, 4);
     for (int s = 0; s < 4; s += 2) {
       const int c = 4 * h + s;
       __m512i u = _mm512_and_si512(s == 0 ? z02 : z46, m3);  // chunks c (low half), c+1 (high)
       if constexpr (kQ3) {
-        const __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << c)),
-                                                _mm256_set1_epi8(static_cast<char>(1 << (c + 1))), 1);
+        const __m512i bits =
+            _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << c)),
+                               _mm256_set1_epi8(static_cast<char>(1 << (c + 1))), 1);
         const __mmask64 high = _mm512_test_epi8_mask(_mm512_broadcast_i64x4(hmask), bits);
         u = _mm512_mask_add_epi8(u, high, u, _mm512_set1_epi8(4));
       }
@@ -755,8 +805,10 @@ K3_512 void row_q2_k_n(const MatrixView& w, size_t row, const ActView& a, size_t
     prefetch(blk);
     prefetch(blk + 64);
     const __m128i sc8 = load128(blk + layout::kQ2KScales);
-    const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sc8, _mm_set1_epi8(0x0f))));
-    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0f)));
+    const __m512i sc16 =
+        _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sc8, _mm_set1_epi8(0x0f))));
+    const __m256i mins =
+        _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0f)));
     const float d = _cvtsh_ss(load_u16(blk + layout::kQ2KD));
     const float dmin = _cvtsh_ss(load_u16(blk + layout::kQ2KDmin));
     __m512i sum[NA];
@@ -770,7 +822,8 @@ K3_512 void row_q2_k_n(const MatrixView& w, size_t row, const ActView& a, size_t
       accm[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * dx), accm[i]);
     }
   }
-  for (int i = 0; i < NA; ++i) y[(a0 + i) * ldy + row] = _mm512_reduce_add_ps(acc[i]) - hsum256(accm[i]);
+  for (int i = 0; i < NA; ++i)
+    y[(a0 + i) * ldy + row] = _mm512_reduce_add_ps(acc[i]) - hsum256(accm[i]);
 }
 
 template <int NA>
@@ -799,33 +852,66 @@ K3_512 void row_q3_k_n(const MatrixView& w, size_t row, const ActView& a, size_t
       const float ddx = d * a.d[ab];
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[i]), _mm512_set1_ps(ddx), acc[i]);
       // u = weight + 4: the correction 4 * sum_j sc_j bsum_j.
-      const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(sc16y, load256(a.bsums + 16 * ab)), 2);
+      const __m256i corr =
+          _mm256_slli_epi32(_mm256_madd_epi16(sc16y, load256(a.bsums + 16 * ab)), 2);
       accc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_set1_ps(ddx), accc[i]);
     }
   }
-  for (int i = 0; i < NA; ++i) y[(a0 + i) * ldy + row] = _mm512_reduce_add_ps(acc[i]) - hsum256(accc[i]);
+  for (int i = 0; i < NA; ++i)
+    y[(a0 + i) * ldy + row] = _mm512_reduce_add_ps(acc[i]) - hsum256(accc[i]);
 }
 
 // ------------------------------------------------------------------ dispatch on na
 
-#define K3_DISPATCH_NA(fn)                                                                     \
-  [](const MatrixView& w, size_t u, const ActView& a, size_t a0, size_t na, float* y,         \
-     size_t ldy) {                                                                            \
-    switch (na) {                                                                             \
-      case 1: fn<1>(w, u, a, a0, y, ldy); break;                                              \
-      case 2: fn<2>(w, u, a, a0, y, ldy); break;                                              \
-      case 3: fn<3>(w, u, a, a0, y, ldy); break;                                              \
-      default: fn<4>(w, u, a, a0, y, ldy); break;                                             \
-    }                                                                                         \
+#define K3_DISPATCH_NA(fn)                                                            \
+  [](const MatrixView& w, size_t u, const ActView& a, size_t a0, size_t na, float* y, \
+     size_t ldy) {                                                                    \
+    switch (na) {                                                                     \
+      case 1:                                                                         \
+        fn<1>(w, u, a, a0, y, ldy);                                                   \
+        break;                                                                        \
+      case 2:                                                                         \
+        fn<2>(w, u, a, a0, y, ldy);                                                   \
+        break;                                                                        \
+      case 3:                                                                         \
+        fn<3>(w, u, a, a0, y, ldy);                                                   \
+        break;                                                                        \
+      default:                                                                        \
+        fn<4>(w, u, a, a0, y, ldy);                                                   \
+        break;                                                                        \
+    }                                                                                 \
   }
 
-template <int NA> K3_512 void f32_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_float_n<Type::kF32, NA>(w, u, a, a0, y, l); }
-template <int NA> K3_512 void f16_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_float_n<Type::kF16, NA>(w, u, a, a0, y, l); }
-template <int NA> K3_512 void bf16_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_float_n<Type::kBF16, NA>(w, u, a, a0, y, l); }
-template <int NA> K3_512 void q8_0_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_q8_n<Q8_0D, NA>(w, u, a, a0, y, l); }
-template <int NA> K3_512 void q4_0_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_q8_n<Q4_0D, NA>(w, u, a, a0, y, l); }
-template <int NA> K3_512 void mxfp4_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_q8_n<Mxfp4D, NA>(w, u, a, a0, y, l); }
-template <int NA> K3_512 void mxfp4p_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) { row_q8_n<Mxfp4PackedD, NA>(w, u, a, a0, y, l); }
+template <int NA>
+K3_512 void f32_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) {
+  row_float_n<Type::kF32, NA>(w, u, a, a0, y, l);
+}
+template <int NA>
+K3_512 void f16_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) {
+  row_float_n<Type::kF16, NA>(w, u, a, a0, y, l);
+}
+template <int NA>
+K3_512 void bf16_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) {
+  row_float_n<Type::kBF16, NA>(w, u, a, a0, y, l);
+}
+template <int NA>
+K3_512 void q8_0_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) {
+  row_q8_n<Q8_0D, NA>(w, u, a, a0, y, l);
+}
+template <int NA>
+K3_512 void q4_0_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) {
+  row_q8_n<Q4_0D, NA>(w, u, a, a0, y, l);
+}
+template <int NA>
+K3_512 void mxfp4_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y,
+                    size_t l) {
+  row_q8_n<Mxfp4D, NA>(w, u, a, a0, y, l);
+}
+template <int NA>
+K3_512 void mxfp4p_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y,
+                     size_t l) {
+  row_q8_n<Mxfp4PackedD, NA>(w, u, a, a0, y, l);
+}
 
 KernelTable make_table() {
   KernelTable t;

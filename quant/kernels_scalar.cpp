@@ -140,8 +140,8 @@ void row_ms_int8(const MatrixView& w, size_t row, const ActView& a, size_t a0, s
 
 // ModelSlim int4 (version 1.0.0): packed row j holds rows 2j (low nibble) and 2j+1 (high).
 // Per group g: y += scale2_g * (sum_b dx_b * (q . qx)_b - offset2_g * sum_g(x)); then * scale.
-void row_ms_int4(const MatrixView& w, size_t unit, const ActView& a, size_t a0, size_t na,
-                 float* y, size_t ldy) {
+void row_ms_int4(const MatrixView& w, size_t unit, const ActView& a, size_t a0, size_t na, float* y,
+                 size_t ldy) {
   const size_t nb = a.blocks;
   const uint8_t* p = w.data.data() + unit * w.cols;
   const size_t bpg = w.group_size == 0 ? nb : w.group_size / 32;  // blocks per group

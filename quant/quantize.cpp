@@ -55,20 +55,21 @@ void quantize_ms_int8(QuantizedMatrix& m, std::span<const float> w, bool asymmet
   const size_t cols = m.cols;
   m.scale.assign(m.rows, 0.0f);
   if (asymmetric) m.offset.assign(m.rows, 0.0f);
-  tbb::parallel_for(tbb::blocked_range<size_t>(0, m.rows), [&](const tbb::blocked_range<size_t>& rr) {
-    for (size_t r = rr.begin(); r != rr.end(); ++r) {
-      const float* x = w.data() + r * cols;
-      const int qmin = asymmetric ? -128 : -127;
-      const auto [scale, offset] = fit_grid(x, cols, qmin, 127, asymmetric);
-      const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-      m.scale[r] = scale;
-      if (asymmetric) m.offset[r] = offset;
-      for (size_t k = 0; k < cols; ++k) {
-        const int q = round_clamp(x[k] * inv + offset, qmin, 127);
-        m.data[r * cols + k] = static_cast<std::uint8_t>(static_cast<std::int8_t>(q));
-      }
-    }
-  });
+  tbb::parallel_for(
+      tbb::blocked_range<size_t>(0, m.rows), [&](const tbb::blocked_range<size_t>& rr) {
+        for (size_t r = rr.begin(); r != rr.end(); ++r) {
+          const float* x = w.data() + r * cols;
+          const int qmin = asymmetric ? -128 : -127;
+          const auto [scale, offset] = fit_grid(x, cols, qmin, 127, asymmetric);
+          const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+          m.scale[r] = scale;
+          if (asymmetric) m.offset[r] = offset;
+          for (size_t k = 0; k < cols; ++k) {
+            const int q = round_clamp(x[k] * inv + offset, qmin, 127);
+            m.data[r * cols + k] = static_cast<std::uint8_t>(static_cast<std::int8_t>(q));
+          }
+        }
+      });
 }
 
 void quantize_ms_int4(QuantizedMatrix& m, std::span<const float> w, bool asymmetric) {
@@ -83,40 +84,42 @@ void quantize_ms_int4(QuantizedMatrix& m, std::span<const float> w, bool asymmet
   }
   const int qmin = asymmetric ? -8 : -7;
   // Rows 2j and 2j+1 share bytes, so the parallel loop runs over row pairs.
-  tbb::parallel_for(tbb::blocked_range<size_t>(0, m.rows / 2), [&](const tbb::blocked_range<size_t>& rr) {
-    std::vector<float> gscale(groups), goff(groups);
-    for (size_t r = 2 * rr.begin(); r != 2 * rr.end(); ++r) {
-      const float* x = w.data() + r * cols;
-      std::uint8_t* packed = m.data.data() + (r / 2) * cols;
-      const int shift = (r % 2) * 4;
-      auto store = [&](size_t k, int q) {
-        const auto code = static_cast<std::uint8_t>(q & 0x0f);
-        packed[k] = static_cast<std::uint8_t>((packed[k] & ~(0x0f << shift)) | (code << shift));
-      };
-      if (gs == 0) {
-        const auto [scale, offset] = fit_grid(x, cols, qmin, 7, asymmetric);
-        const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-        m.scale[r] = scale;
-        if (asymmetric) m.offset[r] = offset;
-        for (size_t k = 0; k < cols; ++k) store(k, round_clamp(x[k] * inv + offset, qmin, 7));
-        continue;
-      }
-      float top = 0.0f;
-      for (size_t g = 0; g < groups; ++g) {
-        std::tie(gscale[g], goff[g]) = fit_grid(x + g * gs, gs, qmin, 7, asymmetric);
-        top = std::max(top, gscale[g]);
-      }
-      m.scale[r] = top;
-      for (size_t g = 0; g < groups; ++g) {
-        m.group_scale[r * groups + g] = top > 0.0f ? gscale[g] / top : 0.0f;
-        if (asymmetric) m.group_offset[r * groups + g] = goff[g];
-        // Round against the scale the dequantizer will actually use.
-        const float eff = m.group_scale[r * groups + g] * top;
-        const float inv = eff > 0.0f ? 1.0f / eff : 0.0f;
-        for (size_t k = g * gs; k < (g + 1) * gs; ++k) store(k, round_clamp(x[k] * inv + goff[g], qmin, 7));
-      }
-    }
-  });
+  tbb::parallel_for(
+      tbb::blocked_range<size_t>(0, m.rows / 2), [&](const tbb::blocked_range<size_t>& rr) {
+        std::vector<float> gscale(groups), goff(groups);
+        for (size_t r = 2 * rr.begin(); r != 2 * rr.end(); ++r) {
+          const float* x = w.data() + r * cols;
+          std::uint8_t* packed = m.data.data() + (r / 2) * cols;
+          const int shift = (r % 2) * 4;
+          auto store = [&](size_t k, int q) {
+            const auto code = static_cast<std::uint8_t>(q & 0x0f);
+            packed[k] = static_cast<std::uint8_t>((packed[k] & ~(0x0f << shift)) | (code << shift));
+          };
+          if (gs == 0) {
+            const auto [scale, offset] = fit_grid(x, cols, qmin, 7, asymmetric);
+            const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+            m.scale[r] = scale;
+            if (asymmetric) m.offset[r] = offset;
+            for (size_t k = 0; k < cols; ++k) store(k, round_clamp(x[k] * inv + offset, qmin, 7));
+            continue;
+          }
+          float top = 0.0f;
+          for (size_t g = 0; g < groups; ++g) {
+            std::tie(gscale[g], goff[g]) = fit_grid(x + g * gs, gs, qmin, 7, asymmetric);
+            top = std::max(top, gscale[g]);
+          }
+          m.scale[r] = top;
+          for (size_t g = 0; g < groups; ++g) {
+            m.group_scale[r * groups + g] = top > 0.0f ? gscale[g] / top : 0.0f;
+            if (asymmetric) m.group_offset[r * groups + g] = goff[g];
+            // Round against the scale the dequantizer will actually use.
+            const float eff = m.group_scale[r * groups + g] * top;
+            const float inv = eff > 0.0f ? 1.0f / eff : 0.0f;
+            for (size_t k = g * gs; k < (g + 1) * gs; ++k)
+              store(k, round_clamp(x[k] * inv + goff[g], qmin, 7));
+          }
+        }
+      });
 }
 
 }  // namespace
@@ -165,20 +168,22 @@ QuantizedMatrix quantize(Type type, std::span<const float> w, std::size_t rows, 
       break;
     case Type::kMXFP4Packed:
       m.e8m0.assign(rows * (cols / 32), 0);
-      tbb::parallel_for(tbb::blocked_range<size_t>(0, rows), [&](const tbb::blocked_range<size_t>& rr) {
-        for (size_t r = rr.begin(); r != rr.end(); ++r) {
-          quantize_row_mxfp4_packed(w.data() + r * cols, m.data.data() + r * (cols / 2),
-                                    m.e8m0.data() + r * (cols / 32), cols);
-        }
-      });
+      tbb::parallel_for(
+          tbb::blocked_range<size_t>(0, rows), [&](const tbb::blocked_range<size_t>& rr) {
+            for (size_t r = rr.begin(); r != rr.end(); ++r) {
+              quantize_row_mxfp4_packed(w.data() + r * cols, m.data.data() + r * (cols / 2),
+                                        m.e8m0.data() + r * (cols / 32), cols);
+            }
+          });
       break;
     default: {
       const size_t rb = rows == 0 ? 0 : m.data.size() / rows;
-      tbb::parallel_for(tbb::blocked_range<size_t>(0, rows), [&](const tbb::blocked_range<size_t>& rr) {
-        for (size_t r = rr.begin(); r != rr.end(); ++r) {
-          quantize_row(type, w.data() + r * cols, m.data.data() + r * rb, cols);
-        }
-      });
+      tbb::parallel_for(tbb::blocked_range<size_t>(0, rows),
+                        [&](const tbb::blocked_range<size_t>& rr) {
+                          for (size_t r = rr.begin(); r != rr.end(); ++r) {
+                            quantize_row(type, w.data() + r * cols, m.data.data() + r * rb, cols);
+                          }
+                        });
       break;
     }
   }

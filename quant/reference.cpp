@@ -42,7 +42,9 @@ void dequant_mxfp4(const uint8_t* b, float* y) {
 }
 
 // Element e of a 256-block: 2-bit code in qs[32*(e/128) + e%32] at bits 2*((e%128)/32).
-int q2_code(const uint8_t* qs, int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3; }
+int q2_code(const uint8_t* qs, int e) {
+  return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+}
 
 void dequant_q2_k(const uint8_t* b, float* y) {
   const float d = fp16_to_f32(load_u16(b + layout::kQ2KD));
@@ -219,7 +221,8 @@ void pack_2bit(const uint8_t* L, uint8_t* qs) {
   for (int h = 0; h < 2; ++h) {
     const uint8_t* l = L + 128 * h;
     for (int i = 0; i < 32; ++i) {
-      qs[32 * h + i] = static_cast<uint8_t>(l[i] | (l[i + 32] << 2) | (l[i + 64] << 4) | (l[i + 96] << 6));
+      qs[32 * h + i] =
+          static_cast<uint8_t>(l[i] | (l[i + 32] << 2) | (l[i + 64] << 4) | (l[i + 96] << 6));
     }
   }
 }
@@ -231,7 +234,8 @@ void quant_q2_k(const float* x, uint8_t* b) {
   float max_scale = 0, max_min = 0;
   for (int j = 0; j < 16; ++j) {
     for (int l = 0; l < 16; ++l) w[l] = std::fabs(x[16 * j + l]);
-    scales[j] = fit_affine(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], trial, -0.5f, 0.1f, 15, true);
+    scales[j] =
+        fit_affine(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], trial, -0.5f, 0.1f, 15, true);
     if (scales[j] > max_scale) max_scale = scales[j];
     if (mins[j] > max_min) max_min = mins[j];
   }
@@ -399,7 +403,9 @@ void dequantize_row(Type type, const std::uint8_t* src, float* dst, std::size_t 
   if (n == 0) return;  // empty spans may carry null pointers
   const std::size_t nb = n / t.block_elems;
   switch (type) {
-    case Type::kF32: std::memcpy(dst, src, n * sizeof(float)); return;
+    case Type::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
     case Type::kF16:
       for (std::size_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(load_u16(src + 2 * i));
       return;
@@ -427,8 +433,8 @@ void dequantize_row(Type type, const std::uint8_t* src, float* dst, std::size_t 
   }
 }
 
-void dequantize_row_mxfp4_packed(const std::uint8_t* packed, const std::uint8_t* e8m0,
-                                 float* dst, std::size_t n) {
+void dequantize_row_mxfp4_packed(const std::uint8_t* packed, const std::uint8_t* e8m0, float* dst,
+                                 std::size_t n) {
   check_multiple(Type::kMXFP4Packed, n, 32);
   for (std::size_t i = 0; i < n / 2; ++i) {
     const float d = e8m0_half(e8m0[i / 16]);
@@ -445,8 +451,8 @@ void dequantize_row(const MatrixView& v, std::size_t row, std::span<float> dst) 
   const std::size_t cols = v.cols;
   switch (v.type) {
     case Type::kMXFP4Packed:
-      dequantize_row_mxfp4_packed(v.data.data() + row * (cols / 2), v.e8m0.data() + row * (cols / 32),
-                                  dst.data(), cols);
+      dequantize_row_mxfp4_packed(v.data.data() + row * (cols / 2),
+                                  v.e8m0.data() + row * (cols / 32), dst.data(), cols);
       return;
     case Type::kModelSlimInt8: {
       const auto* q = v.data.data() + row * cols;
@@ -496,7 +502,9 @@ void quantize_row(Type type, const float* src, std::uint8_t* dst, std::size_t n)
   if (n == 0) return;  // empty spans may carry null pointers
   const std::size_t nb = n / t.block_elems;
   switch (type) {
-    case Type::kF32: std::memcpy(dst, src, n * sizeof(float)); return;
+    case Type::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
     case Type::kF16:
       for (std::size_t i = 0; i < n; ++i) store_u16(dst + 2 * i, f32_to_fp16(src[i]));
       return;

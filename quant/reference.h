@@ -13,10 +13,10 @@ namespace k3::quant {
 // Byte offsets inside one ggml block (ggml/src/ggml-common.h). Fields are read with memcpy
 // (fp.h load_u16), never through a cast struct, so any alignment is fine.
 namespace layout {
-inline constexpr std::size_t kQ8_0D = 0, kQ8_0Qs = 2;                     // 34 B
-inline constexpr std::size_t kQ4_0D = 0, kQ4_0Qs = 2;                     // 18 B
-inline constexpr std::size_t kMxfp4E = 0, kMxfp4Qs = 1;                   // 17 B
-inline constexpr std::size_t kQ2KScales = 0, kQ2KQs = 16, kQ2KD = 80, kQ2KDmin = 82;  // 84 B
+inline constexpr std::size_t kQ8_0D = 0, kQ8_0Qs = 2;                                   // 34 B
+inline constexpr std::size_t kQ4_0D = 0, kQ4_0Qs = 2;                                   // 18 B
+inline constexpr std::size_t kMxfp4E = 0, kMxfp4Qs = 1;                                 // 17 B
+inline constexpr std::size_t kQ2KScales = 0, kQ2KQs = 16, kQ2KD = 80, kQ2KDmin = 82;    // 84 B
 inline constexpr std::size_t kQ3KHmask = 0, kQ3KQs = 32, kQ3KScales = 96, kQ3KD = 108;  // 110 B
 }  // namespace layout
 

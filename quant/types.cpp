@@ -74,17 +74,20 @@ std::optional<Type> type_from_ggml(int ggml_type) {
 
 std::string_view name(ActFormat format) {
   switch (format) {
-    case ActFormat::kF32: return "F32";
-    case ActFormat::kQ8Block32: return "Q8_32";
-    case ActFormat::kQ8Block32EvenOdd: return "Q8_32_EVEN_ODD";
-    case ActFormat::kQ8K: return "Q8_K";
+    case ActFormat::kF32:
+      return "F32";
+    case ActFormat::kQ8Block32:
+      return "Q8_32";
+    case ActFormat::kQ8Block32EvenOdd:
+      return "Q8_32_EVEN_ODD";
+    case ActFormat::kQ8K:
+      return "Q8_K";
   }
   return "?";
 }
 
 std::string describe(Type type, std::size_t rows, std::size_t cols) {
-  return std::string(name(type)) + " [" + std::to_string(rows) + " x " + std::to_string(cols) +
-         "]";
+  return std::string(name(type)) + " [" + std::to_string(rows) + " x " + std::to_string(cols) + "]";
 }
 
 std::string describe(const MatrixView& view) { return describe(view.type, view.rows, view.cols); }

@@ -36,10 +36,10 @@ inline constexpr std::size_t kTypeCount = 11;
 
 // How the kernels want the activations for a weight type.
 enum class ActFormat : std::uint8_t {
-  kF32,              // plain floats (F32, F16, BF16 weights)
-  kQ8Block32,        // int8 per block of 32, float scale per block (Q8_0, Q4_0, MXFP4, ModelSlim)
-  kQ8Block32EvenOdd, // as kQ8Block32, each block stored as [even elements, odd elements]
-  kQ8K,              // ggml-style Q8_K: int8 per block of 256, float scale, int16 sums of 16
+  kF32,               // plain floats (F32, F16, BF16 weights)
+  kQ8Block32,         // int8 per block of 32, float scale per block (Q8_0, Q4_0, MXFP4, ModelSlim)
+  kQ8Block32EvenOdd,  // as kQ8Block32, each block stored as [even elements, odd elements]
+  kQ8K,               // ggml-style Q8_K: int8 per block of 256, float scale, int16 sums of 16
 };
 
 struct TypeTraits {
@@ -50,7 +50,7 @@ struct TypeTraits {
   std::size_t row_multiple;  // cols must be a multiple of this
   bool integer_kernel;       // kernels quantize activations to int8 (false: fp32 activations)
   ActFormat act;
-  int ggml_type;             // ggml_type id in GGUF, or -1 if not a GGUF type
+  int ggml_type;  // ggml_type id in GGUF, or -1 if not a GGUF type
 };
 
 const TypeTraits& traits(Type type);

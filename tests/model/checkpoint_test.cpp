@@ -28,7 +28,10 @@ using nlohmann::json;
 // the build tree); made here too when the binary runs on its own.
 fs::path checkpoint_dir(FormatKind kind) {
   const fs::path dir = test::scratch_dir() / ("tiny-" + std::string(format_name(kind)));
-  if (!fs::exists(dir / "config.json")) {
+  // GGUF keeps its config inside the first split; the others have config.json.
+  const fs::path marker =
+      kind == FormatKind::kGguf ? dir / "kimi-k3-tiny-00001-of-00003.gguf" : dir / "config.json";
+  if (!fs::exists(marker)) {
     SynthOptions o;
     o.format = kind;
     o.out = dir;
@@ -423,12 +426,14 @@ TEST(DataFreeChecks, LayoutCannotSplitHeadsOrExperts) {
 TEST(Vocabulary, GgufAndTiktokenFilesGiveTheSameIds) {
   const Tokenizer from_tiktoken = open_tokenizer(checkpoint_dir(FormatKind::kHf));
   const Tokenizer from_gguf = open_tokenizer(checkpoint_dir(FormatKind::kGguf));
-  const Tokenizer from_split = open_tokenizer(checkpoint_dir(FormatKind::kGguf) / "kimi-k3-tiny-00002-of-00003.gguf");
+  const Tokenizer from_split =
+      open_tokenizer(checkpoint_dir(FormatKind::kGguf) / "kimi-k3-tiny-00002-of-00003.gguf");
   EXPECT_EQ(from_tiktoken.size(), 4352);
   EXPECT_EQ(from_gguf.size(), 4352);
   EXPECT_EQ(from_tiktoken.stop_id(), 4098);
   EXPECT_EQ(from_gguf.stop_id(), 4098);
-  const auto texts = read_jsonl_corpus(test::source_dir() / ".." / "shared" / "data" / "gsm8k" / "test.jsonl");
+  const auto texts =
+      read_jsonl_corpus(test::source_dir() / ".." / "shared" / "data" / "gsm8k" / "test.jsonl");
   ASSERT_EQ(texts.size(), 2 * 1319u);
   for (const std::string& t : texts) {
     const auto ids = from_tiktoken.encode(t);
