@@ -1,6 +1,7 @@
 #include "model/file.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -86,6 +87,47 @@ void File::truncate(std::uint64_t size) {
   if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
     throw InputError("cannot resize " + path_ + ": " + errno_text());
   }
+}
+
+std::shared_ptr<const FileMapping> FileMapping::map(const File& file) {
+  const std::uint64_t size = file.size();
+  if (size == 0)
+    return std::shared_ptr<const FileMapping>(new FileMapping(nullptr, 0, file.path()));
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, file.fd(), 0);
+  if (p == MAP_FAILED) throw InputError("cannot map " + file.path() + ": " + errno_text());
+  return std::shared_ptr<const FileMapping>(
+      new FileMapping(static_cast<const std::uint8_t*>(p), size, file.path()));
+}
+
+FileMapping::~FileMapping() {
+  if (base_) ::munmap(const_cast<std::uint8_t*>(base_), size_);
+}
+
+std::span<const std::uint8_t> FileMapping::bytes(std::uint64_t offset, std::uint64_t length) const {
+  if (offset > size_ || length > size_ - offset) {
+    throw InputError(path_ + ": range [" + std::to_string(offset) + ", " +
+                     std::to_string(offset + length) + ") runs past the end of the " +
+                     std::to_string(size_) + "-byte file");
+  }
+  return {base_ + offset, static_cast<std::size_t>(length)};
+}
+
+void FileMapping::populate(std::uint64_t offset, std::uint64_t length) const {
+  const auto range = bytes(offset, length);
+  if (range.empty()) return;
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto first = reinterpret_cast<std::uintptr_t>(range.data()) & ~(page - 1);
+  const auto last = reinterpret_cast<std::uintptr_t>(range.data()) + range.size();
+#ifdef MADV_POPULATE_READ
+  if (::madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_READ) == 0) return;
+#endif
+  volatile std::uint8_t sink = 0;  // older kernels: fault the pages in by reading them
+  for (std::uintptr_t a = first < reinterpret_cast<std::uintptr_t>(range.data()) ? first + page
+                                                                                 : first;
+       a < last; a += page) {
+    sink = sink + *reinterpret_cast<const volatile std::uint8_t*>(a);
+  }
+  if (!range.empty()) sink = sink + range[0];
 }
 
 }  // namespace k3::model

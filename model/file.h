@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
+#include <span>
 #include <string>
 
 namespace k3::model {
@@ -30,6 +32,30 @@ class File {
  private:
   File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
   int fd_ = -1;
+  std::string path_;
+};
+
+// A whole file mapped read-only and shared with the page cache. Nothing is read by mapping;
+// populate() faults in (and, on a cold cache, reads) exactly the ranges a rank asked for, so
+// weights can live in the page cache without a copy. Truncating the file while it is mapped
+// would fault (SIGBUS), as with any mapped model file.
+class FileMapping {
+ public:
+  static std::shared_ptr<const FileMapping> map(const File& file);
+  ~FileMapping();
+  FileMapping(const FileMapping&) = delete;
+  FileMapping& operator=(const FileMapping&) = delete;
+
+  std::span<const std::uint8_t> bytes(std::uint64_t offset, std::uint64_t length) const;
+  // Prefaults [offset, offset + length): MADV_POPULATE_READ, or touching one byte per page.
+  void populate(std::uint64_t offset, std::uint64_t length) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  FileMapping(const std::uint8_t* base, std::uint64_t size, std::string path)
+      : base_(base), size_(size), path_(std::move(path)) {}
+  const std::uint8_t* base_;
+  std::uint64_t size_;
   std::string path_;
 };
 

@@ -53,17 +53,54 @@ Bytes float_bytes(const std::vector<float>& v) {
 struct Destination {
   const PlannedParam* param;
   const PartRead* read;
-  Bytes* buffer;
+  Bytes* buffer;  // null when the read is served by the file mapping
   std::uint64_t offset;
 };
 
 struct ParamBuffers {
   std::map<std::string, Bytes> by_role;
+  std::map<std::string, WeightBytes> mapped;  // roles read in place from a mapped shard
+  std::map<std::string, std::vector<WeightBytes>> segments;  // per-expert roles, in place
   std::map<std::string, DType> dtype;
   std::map<std::string, std::vector<std::int64_t>> extent;  // of the first read of the role
 };
 
-bool has(const ParamBuffers& b, const std::string& role) { return b.by_role.count(role) != 0; }
+bool has(const ParamBuffers& b, const std::string& role) {
+  return b.by_role.count(role) != 0 || b.mapped.count(role) != 0 || b.segments.count(role) != 0;
+}
+
+// The bytes of a role: in place from the mapping, or the buffer it was read into.
+WeightBytes take(ParamBuffers& b, const std::string& role) {
+  if (auto it = b.mapped.find(role); it != b.mapped.end()) return it->second;
+  return WeightBytes(std::move(b.by_role.at(role)));
+}
+
+// Per-expert routed-expert tensors (hf, modelslim) stay in place, one segment per expert, when
+// each expert's slice is one contiguous range (no MoE-TP column split).
+bool segmentable(const Binding& b, const std::string& role,
+                 const std::vector<const PartRead*>& reads) {
+  if (b.spec.family != ParamFamily::kRoutedExpert || reads.size() < 2) return false;
+  if (role != "weight" && role != "packed" && role != "e8m0") return false;
+  for (const PartRead* r : reads) {
+    if (r->runs.size() != 1 || !(r->runs[0].count == 1 || r->runs[0].stride == r->runs[0].length))
+      return false;
+  }
+  return true;
+}
+
+// A role can stay in the mapped file when it is one contiguous range used as it is stored:
+// a matrix (no conversion), read by a single run (no column slice, no per-expert gathering).
+bool mappable(const Binding& b, const std::string& role,
+              const std::vector<const PartRead*>& reads) {
+  const ParamFamily f = b.spec.family;
+  if (f == ParamFamily::kVector || f == ParamFamily::kAttnResScore || f == ParamFamily::kKdaDecay)
+    return false;
+  if (role != "weight" && role != "packed" && role != "e8m0" && role != "k_b" && role != "v_b")
+    return false;
+  if (reads.size() != 1 || reads[0]->runs.size() != 1) return false;
+  const Run& run = reads[0]->runs[0];
+  return run.count == 1 || run.stride == run.length;
+}
 
 Weight materialize(const PlannedParam& pp, ParamBuffers& bufs) {
   const Binding& b = *pp.binding;
@@ -107,7 +144,7 @@ Weight materialize(const PlannedParam& pp, ParamBuffers& bufs) {
           sub->name = w.name + "." + role;
           sub->type = *quant_type_of(bufs.dtype.at(role));
           sub->shape = bufs.extent.at(role);
-          sub->data = std::move(bufs.by_role.at(role));
+          sub->data = take(bufs, role);
           *slot = std::move(sub);
         }
         w.type = w.k_b->type;
@@ -119,8 +156,14 @@ Weight materialize(const PlannedParam& pp, ParamBuffers& bufs) {
       const std::string main = has(bufs, "weight") ? "weight" : "packed";
       if (main == "weight" && bufs.dtype.at(main) != DType::kI8)
         w.type = *quant_type_of(bufs.dtype.at(main));
-      w.data = std::move(bufs.by_role.at(main));
-      if (has(bufs, "e8m0")) w.e8m0 = std::move(bufs.by_role.at("e8m0"));
+      if (auto it = bufs.segments.find(main); it != bufs.segments.end()) {
+        w.expert_data = std::move(it->second);
+        if (auto e8 = bufs.segments.find("e8m0"); e8 != bufs.segments.end())
+          w.expert_e8m0 = std::move(e8->second);
+      } else {
+        w.data = take(bufs, main);
+        if (has(bufs, "e8m0")) w.e8m0 = take(bufs, "e8m0");
+      }
       for (auto [role, dst] :
            {std::pair{"scale", &w.scale}, std::pair{"offset", &w.offset},
             std::pair{"group_scale", &w.group_scale}, std::pair{"group_offset", &w.group_offset}}) {
@@ -141,26 +184,52 @@ Weight materialize(const PlannedParam& pp, ParamBuffers& bufs) {
 LoadResult load(const Checkpoint& ck, const LoadPlan& plan, const ProgressFn& progress) {
   const auto t0 = Clock::now();
   std::vector<std::uint64_t> planned(ck.files().size(), 0);
-  // Allocate every destination once, at its final size.
+  for (const PlannedParam& pp : plan.params) {
+    for (const PartRead& r : pp.reads) planned[r.file] += r.bytes;
+  }
+  std::vector<std::optional<File>> files(ck.files().size());
+  std::vector<std::shared_ptr<const FileMapping>> maps(ck.files().size());
+  for (std::size_t f = 0; f < ck.files().size(); ++f) {
+    if (!planned[f]) continue;  // only the shards this rank reads are opened
+    files[f] = File::open_read(ck.files()[f]);
+    maps[f] = FileMapping::map(*files[f]);
+  }
+  // Each role either stays in the mapped shard or gets one buffer at its final size.
   std::vector<ParamBuffers> buffers(plan.params.size());
   std::vector<Destination> dests;
   for (std::size_t p = 0; p < plan.params.size(); ++p) {
     const PlannedParam& pp = plan.params[p];
-    std::map<std::string, std::uint64_t> sizes;
-    for (const PartRead& r : pp.reads) sizes[r.role] += r.bytes;
-    for (const auto& [role, size] : sizes) buffers[p].by_role[role].resize(size);
-    std::map<std::string, std::uint64_t> at;
-    for (const PartRead& r : pp.reads) {
-      dests.push_back({&pp, &r, &buffers[p].by_role[r.role], at[r.role]});
-      at[r.role] += r.bytes;
-      buffers[p].dtype.emplace(r.role, r.dtype);
-      buffers[p].extent.emplace(r.role, r.box_extent);
-      planned[r.file] += r.bytes;
+    std::map<std::string, std::vector<const PartRead*>> by_role;
+    for (const PartRead& r : pp.reads) by_role[r.role].push_back(&r);
+    for (const auto& [role, reads] : by_role) {
+      ParamBuffers& b = buffers[p];
+      b.dtype.emplace(role, reads.front()->dtype);
+      b.extent.emplace(role, reads.front()->box_extent);
+      if (segmentable(*pp.binding, role, reads)) {
+        for (const PartRead* r : reads) {
+          b.segments[role].emplace_back(maps[r->file],
+                                        maps[r->file]->bytes(r->runs[0].offset, r->bytes));
+          dests.push_back({&pp, r, nullptr, 0});
+        }
+        continue;
+      }
+      if (mappable(*pp.binding, role, reads)) {
+        const PartRead& r = *reads.front();
+        b.mapped.emplace(role,
+                         WeightBytes(maps[r.file], maps[r.file]->bytes(r.runs[0].offset, r.bytes)));
+        dests.push_back({&pp, &r, nullptr, 0});
+        continue;
+      }
+      std::uint64_t size = 0;
+      for (const PartRead* r : reads) size += r->bytes;
+      Bytes& buf = b.by_role[role];
+      buf.resize(size);
+      std::uint64_t at = 0;
+      for (const PartRead* r : reads) {
+        dests.push_back({&pp, r, &buf, at});
+        at += r->bytes;
+      }
     }
-  }
-  std::vector<std::optional<File>> files(ck.files().size());
-  for (std::size_t f = 0; f < ck.files().size(); ++f) {
-    if (planned[f]) files[f] = File::open_read(ck.files()[f]);  // only the shards this rank reads
   }
   // Read in file and offset order so each shard streams sequentially.
   std::sort(dests.begin(), dests.end(), [](const Destination& a, const Destination& b) {
@@ -180,25 +249,29 @@ LoadResult load(const Checkpoint& ck, const LoadPlan& plan, const ProgressFn& pr
   oneapi::tbb::parallel_for(std::size_t{0}, dests.size(), [&](std::size_t k) {
     const Destination& d = dests[k];
     const PartRead& r = *d.read;
-    std::uint8_t* out = d.buffer->data() + d.offset;
-    for (const Run& run : r.runs) {
-      if (run.count == 1 || run.stride == run.length) {
-        files[r.file]->read_exact(out, run.bytes(), run.offset);  // contiguous
-        out += run.bytes();
-        continue;
-      }
-      // Strided (a column slice): read the covering span in bounded windows, keep the columns.
-      constexpr std::uint64_t kWindow = 8ull << 20;
-      const std::uint64_t rows_per_window = std::max<std::uint64_t>(1, kWindow / run.stride);
-      std::vector<std::uint8_t> window;
-      for (std::uint64_t i = 0; i < run.count; i += rows_per_window) {
-        const std::uint64_t rows = std::min(rows_per_window, run.count - i);
-        const std::uint64_t span = (rows - 1) * run.stride + run.length;
-        window.resize(span);
-        files[r.file]->read_exact(window.data(), span, run.offset + i * run.stride);
-        for (std::uint64_t j = 0; j < rows; ++j) {
-          std::memcpy(out, window.data() + j * run.stride, run.length);
-          out += run.length;
+    if (d.buffer == nullptr) {
+      maps[r.file]->populate(r.runs[0].offset, r.bytes);  // in place: fault the range in now
+    } else {
+      std::uint8_t* out = d.buffer->data() + d.offset;
+      for (const Run& run : r.runs) {
+        if (run.count == 1 || run.stride == run.length) {
+          files[r.file]->read_exact(out, run.bytes(), run.offset);  // contiguous
+          out += run.bytes();
+          continue;
+        }
+        // Strided (a column slice): read the covering span in bounded windows, keep the columns.
+        constexpr std::uint64_t kWindow = 8ull << 20;
+        const std::uint64_t rows_per_window = std::max<std::uint64_t>(1, kWindow / run.stride);
+        std::vector<std::uint8_t> window;
+        for (std::uint64_t i = 0; i < run.count; i += rows_per_window) {
+          const std::uint64_t rows = std::min(rows_per_window, run.count - i);
+          const std::uint64_t span = (rows - 1) * run.stride + run.length;
+          window.resize(span);
+          files[r.file]->read_exact(window.data(), span, run.offset + i * run.stride);
+          for (std::uint64_t j = 0; j < rows; ++j) {
+            std::memcpy(out, window.data() + j * run.stride, run.length);
+            out += run.length;
+          }
         }
       }
     }
@@ -279,7 +352,12 @@ std::vector<std::string> audit(const Checkpoint& ck, const LoadPlan& plan,
       }
     }
     try {
-      quant::validate(w.view());
+      if (b.spec.family == ParamFamily::kRoutedExpert) {
+        for (std::size_t e = 0; e < static_cast<std::size_t>(w.shape[0]); ++e)
+          quant::validate(w.expert(e));
+      } else {
+        quant::validate(w.view());
+      }
     } catch (const Error& e) {
       report(b, w.name, "a consistent " + std::string(quant::name(w.type)) + " matrix", e.what());
     }

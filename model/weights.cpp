@@ -8,6 +8,8 @@ namespace k3::model {
 std::uint64_t Weight::bytes() const {
   std::uint64_t b = data.size() + e8m0.size() +
                     4 * (scale.size() + offset.size() + group_scale.size() + group_offset.size());
+  for (const auto& x : expert_data) b += x.size();
+  for (const auto& x : expert_e8m0) b += x.size();
   if (k_b) b += k_b->bytes();
   if (v_b) b += v_b->bytes();
   return b;
@@ -15,6 +17,8 @@ std::uint64_t Weight::bytes() const {
 
 quant::MatrixView Weight::view() const {
   if (split_kv()) throw InternalError(name + " is split into K and V; view k_b and v_b instead");
+  if (per_expert_segments())
+    throw InternalError(name + " holds one segment per expert; use expert(e)");
   quant::MatrixView v;
   v.type = type;
   std::int64_t rows = 1;
@@ -31,7 +35,49 @@ quant::MatrixView Weight::view() const {
   return v;
 }
 
+quant::MatrixView Weight::expert(std::size_t e) const {
+  if (shape.size() != 3) throw InternalError(name + " is not a routed-expert weight");
+  const auto experts = static_cast<std::size_t>(shape[0]);
+  const auto out = static_cast<std::size_t>(shape[1]);
+  const auto in = static_cast<std::size_t>(shape[2]);
+  if (e >= experts)
+    throw InternalError(name + ": expert " + std::to_string(e) + " of " + std::to_string(experts));
+  quant::MatrixView v;
+  v.type = type;
+  v.rows = out;
+  v.cols = in;
+  if (per_expert_segments()) {
+    v.data = expert_data[e];
+    if (!expert_e8m0.empty()) v.e8m0 = expert_e8m0[e];
+  } else {
+    const std::size_t bytes = quant::data_bytes(type, out, in);
+    v.data = data.span().subspan(e * bytes, bytes);
+    if (!e8m0.empty()) v.e8m0 = e8m0.span().subspan(e * out * (in / 32), out * (in / 32));
+  }
+  auto rows_of = [&](const std::vector<float>& all) {
+    if (all.empty()) return std::span<const float>();
+    const std::size_t per = all.size() / experts;
+    return std::span<const float>(all).subspan(e * per, per);
+  };
+  v.scale = rows_of(scale);
+  v.offset = rows_of(offset);
+  v.group_scale = rows_of(group_scale);
+  v.group_offset = rows_of(group_offset);
+  v.group_size = group_size;
+  return v;
+}
+
 std::vector<float> Weight::floats() const {
+  if (per_expert_segments()) {
+    std::vector<float> out;
+    for (std::size_t e = 0; e < static_cast<std::size_t>(shape[0]); ++e) {
+      const quant::MatrixView v = expert(e);
+      std::vector<float> one(v.rows * v.cols);
+      quant::dequantize(v, one);
+      out.insert(out.end(), one.begin(), one.end());
+    }
+    return out;
+  }
   const quant::MatrixView v = view();
   std::vector<float> out(v.rows * v.cols);
   quant::dequantize(v, out);

@@ -19,17 +19,25 @@ struct Weight {
   quant::Type type = quant::Type::kF32;
   std::vector<std::int64_t> shape;  // this rank's slice (extent of `box`)
   SliceBox box;                     // where the slice sits in the full parameter
-  Bytes data;                       // the encoded elements, row-major
-  Bytes e8m0;                       // compressed-tensors MXFP4 scales
+  WeightBytes data;                 // the encoded elements, row-major (owned or mapped)
+  WeightBytes e8m0;                 // compressed-tensors MXFP4 scales
   std::vector<float> scale, offset, group_scale, group_offset;  // ModelSlim
   std::size_t group_size = 0;
   // MLA kv_b stored split (capability split_gguf_kv_b): K [heads, kv_lora, nope] and
   // V [heads, v, kv_lora], each in its own type; `data` is then empty.
   std::unique_ptr<Weight> k_b, v_b;
+  // Routed experts stored one tensor per expert (hf, modelslim) stay where they are, one span per
+  // local expert; `data` and `e8m0` are then empty. Stacked experts (gguf) live in `data`.
+  std::vector<WeightBytes> expert_data, expert_e8m0;
 
   bool split_kv() const { return k_b != nullptr; }
+  bool per_expert_segments() const { return !expert_data.empty(); }
+  // Local expert `e` of a routed-expert weight [experts, out, in] as one [out, in] matrix,
+  // whichever way the experts are held.
+  quant::MatrixView expert(std::size_t e) const;
   std::uint64_t bytes() const;
-  // A 2-D view: rows = product of all but the last dimension, cols = the last.
+  // A 2-D view: rows = product of all but the last dimension, cols = the last. Not for split
+  // K/V (view k_b and v_b) or per-expert segments (use expert(e)).
   quant::MatrixView view() const;
   // The fp32 values of a vector parameter (norms, biases, scores); throws for matrices.
   std::vector<float> floats() const;

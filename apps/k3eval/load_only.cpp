@@ -145,7 +145,7 @@ int run_load_only(dist::Runtime& runtime, const dist::Groups& groups, const K3ev
     for (int r = 0; r < runtime.world_size(); ++r) {
       total += bytes[r] + drafts[r];
       slowest = std::max(slowest, secs[r]);
-      std::printf("rank %3d: %10.3f MiB read from %3llu shard(s)%s, peak RSS %8.1f MiB, load %.2f s\n", r,
+      std::printf("rank %3d: %10.3f MiB read from %3llu shard(s)%s, peak RSS %8.1f MiB, load %.3f s\n", r,
                   bytes[r] / double(1 << 20), static_cast<unsigned long long>(files[r]),
                   draft.checkpoint ? fmt::format(" + draft {:.3f} MiB", drafts[r] / double(1 << 20)).c_str() : "",
                   rss[r] / double(1 << 20), secs[r]);
