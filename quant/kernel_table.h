@@ -26,9 +26,12 @@ using TileKernel = void (*)(const MatrixView& w, std::size_t u0, std::size_t nu,
 
 inline constexpr std::size_t kTileUnits = 16;
 
+// Repacked views (MatrixView::interleave == kRepackRows): a TileKernel over rows
+// [u0, u0 + nu) where u0 and nu are multiples of kRepackRows and all rows are in full groups.
 struct KernelTable {
   RowKernel row[kTypeCount] = {};
   TileKernel tile[kTypeCount] = {};
+  TileKernel repacked[kTypeCount] = {};
 };
 
 inline std::size_t rows_per_unit(Type t) { return t == Type::kModelSlimInt4 ? 2 : 1; }

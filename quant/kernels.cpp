@@ -4,11 +4,13 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "quant/error.h"
 #include "quant/kernel_table.h"
+#include "quant/repack.h"
 
 namespace k3::quant {
 namespace {
@@ -43,6 +45,89 @@ void check_isa(Isa isa) {
   }
 }
 
+// Every output of a plain view into y [a.rows, ldy] (columns 0 .. w.rows-1).
+void run_plain(const MatrixView& w, const ActView& a, float* out, size_t ldy, Isa isa) {
+  const Selected k = select(w.type, isa);
+  const size_t rpu = detail::rows_per_unit(w.type);
+  const size_t units = w.rows / rpu;
+  const size_t unit_bytes = std::max<size_t>(1, w.data.size() / units);
+  // Chunks of at least ~32 KiB of weights keep the scheduling overhead negligible; tiles of 8
+  // units are swept once per group of kMaxActs activation rows, so the tile stays in L1/L2
+  // while the activations stream.
+  const size_t grain = std::max<size_t>(1, (32u << 10) / unit_bytes);
+  constexpr size_t kTile = detail::kTileUnits;
+  const size_t n = a.rows;
+  tbb::parallel_for(tbb::blocked_range<size_t>(0, units, grain),
+                    [&](const tbb::blocked_range<size_t>& r) {
+                      for (size_t u0 = r.begin(); u0 < r.end(); u0 += kTile) {
+                        const size_t u1 = std::min(r.end(), u0 + kTile);
+                        if (k.tile != nullptr) {
+                          k.tile(w, u0, u1 - u0, a, out, ldy);
+                          continue;
+                        }
+                        for (size_t a0 = 0; a0 < n; a0 += detail::kMaxActs) {
+                          const size_t na = std::min(detail::kMaxActs, n - a0);
+                          for (size_t u = u0; u < u1; ++u) k.row(w, u, a, a0, na, out, ldy);
+                        }
+                      }
+                    });
+}
+
+// Without a repacked kernel for this ISA: unpack the rows of each group into a small plain
+// buffer and run the plain kernels on it (same bits as the plain matrix).
+void unpacked_tile(const MatrixView& w, size_t row0, size_t nrows, const ActView& a, float* y,
+                   size_t ldy, const Selected& k) {
+  const size_t rb = w.data.size() / w.rows;
+  thread_local std::vector<std::uint8_t> buf;
+  buf.resize(nrows * rb);
+  unpack_rows(w, row0, nrows, buf.data());
+  MatrixView v;
+  v.type = w.type;
+  v.rows = nrows;
+  v.cols = w.cols;
+  v.data = buf;
+  float* out = y + row0;
+  if (k.tile != nullptr) {
+    k.tile(v, 0, nrows, a, out, ldy);
+    return;
+  }
+  for (size_t a0 = 0; a0 < a.rows; a0 += detail::kMaxActs) {
+    const size_t na = std::min(detail::kMaxActs, a.rows - a0);
+    for (size_t u = 0; u < nrows; ++u) k.row(v, u, a, a0, na, out, ldy);
+  }
+}
+
+// A repacked view: whole groups through the repacked tile kernel (tiles of kTileUnits rows,
+// group-aligned), the plain tail rows through the plain kernels.
+void run_repacked(const MatrixView& w, const ActView& a, float* out, Isa isa) {
+  const size_t ri = w.interleave;
+  const size_t groups = w.rows / ri, full = groups * ri;
+  TileKernel rk = nullptr;
+  if (ri == kRepackRows) {
+    const auto i = static_cast<size_t>(w.type);
+    if (isa >= Isa::kAvx2 && detail::avx2_kernels().repacked[i] != nullptr)
+      rk = detail::avx2_kernels().repacked[i];
+    if (isa >= Isa::kAvx512 && detail::avx512_kernels().repacked[i] != nullptr)
+      rk = detail::avx512_kernels().repacked[i];
+  }
+  const Selected k = select(w.type, isa);
+  const size_t group_bytes = std::max<size_t>(1, w.data.size() / w.rows * ri);
+  const size_t grain = std::max<size_t>(1, (32u << 10) / group_bytes);
+  const size_t tile_groups = std::max<size_t>(1, detail::kTileUnits / ri);
+  tbb::parallel_for(tbb::blocked_range<size_t>(0, groups, grain),
+                    [&](const tbb::blocked_range<size_t>& r) {
+                      for (size_t g0 = r.begin(); g0 < r.end(); g0 += tile_groups) {
+                        const size_t g1 = std::min(r.end(), g0 + tile_groups);
+                        if (rk != nullptr) {
+                          rk(w, g0 * ri, (g1 - g0) * ri, a, out, w.rows);
+                        } else {
+                          unpacked_tile(w, g0 * ri, (g1 - g0) * ri, a, out, w.rows, k);
+                        }
+                      }
+                    });
+  if (full < w.rows) run_plain(row_slice(w, full, w.rows - full), a, out + full, w.rows, isa);
+}
+
 }  // namespace
 
 void gemm(const MatrixView& w, const Activations& x, std::span<float> y, Isa isa) {
@@ -65,31 +150,11 @@ void gemm(const MatrixView& w, const Activations& x, std::span<float> y, Isa isa
     std::fill(y.begin(), y.end(), 0.0f);
     return;
   }
-  const Selected k = select(w.type, isa);
-  const size_t rpu = detail::rows_per_unit(w.type);
-  const size_t units = w.rows / rpu;
-  const size_t unit_bytes = std::max<size_t>(1, w.data.size() / units);
-  // Chunks of at least ~32 KiB of weights keep the scheduling overhead negligible; tiles of 8
-  // units are swept once per group of kMaxActs activation rows, so the tile stays in L1/L2
-  // while the activations stream.
-  const size_t grain = std::max<size_t>(1, (32u << 10) / unit_bytes);
-  constexpr size_t kTile = detail::kTileUnits;
-  const size_t n = a.rows;
-  float* out = y.data();
-  tbb::parallel_for(tbb::blocked_range<size_t>(0, units, grain),
-                    [&](const tbb::blocked_range<size_t>& r) {
-                      for (size_t u0 = r.begin(); u0 < r.end(); u0 += kTile) {
-                        const size_t u1 = std::min(r.end(), u0 + kTile);
-                        if (k.tile != nullptr) {
-                          k.tile(w, u0, u1 - u0, a, out, w.rows);
-                          continue;
-                        }
-                        for (size_t a0 = 0; a0 < n; a0 += detail::kMaxActs) {
-                          const size_t na = std::min(detail::kMaxActs, n - a0);
-                          for (size_t u = u0; u < u1; ++u) k.row(w, u, a, a0, na, out, w.rows);
-                        }
-                      }
-                    });
+  if (w.interleave != 0) {
+    run_repacked(w, a, y.data(), isa);
+  } else {
+    run_plain(w, a, y.data(), w.rows, isa);
+  }
 }
 
 void gemm(const MatrixView& w, const Activations& x, std::span<float> y) {
@@ -116,6 +181,12 @@ float dot(const MatrixView& w, std::size_t row, std::span<const float> x, Isa is
   validate(w);
   if (row >= w.rows) {
     throw InputError("quant: " + describe(w) + ": row " + std::to_string(row) + " out of range");
+  }
+  if (w.interleave != 0 && row < w.rows / w.interleave * w.interleave) {  // its whole group
+    const MatrixView group = row_slice(w, row - row % w.interleave, w.interleave);
+    std::vector<float> y(w.interleave);
+    gemv(group, x, y, isa);
+    return y[row % w.interleave];
   }
   const size_t rpu = detail::rows_per_unit(w.type);
   const MatrixView unit = row_slice(w, row - row % rpu, rpu);

@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "quant/error.h"
 #include "quant/fp.h"
+#include "quant/repack.h"
 
 namespace k3::quant {
 namespace {
@@ -449,6 +451,12 @@ void dequantize_row(const MatrixView& v, std::size_t row, std::span<float> dst) 
                         ") with an output of " + std::to_string(dst.size()) + " floats");
   }
   const std::size_t cols = v.cols;
+  if (v.interleave != 0) {  // repacked: gather the row's blocks first
+    std::vector<std::uint8_t> plain(row_bytes(v.type, cols));
+    unpack_rows(v, row, 1, plain.data());
+    dequantize_row(v.type, plain.data(), dst.data(), cols);
+    return;
+  }
   switch (v.type) {
     case Type::kMXFP4Packed:
       dequantize_row_mxfp4_packed(v.data.data() + row * (cols / 2),

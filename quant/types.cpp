@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "quant/error.h"
+#include "quant/repack.h"
 
 namespace k3::quant {
 namespace {
@@ -90,7 +91,11 @@ std::string describe(Type type, std::size_t rows, std::size_t cols) {
   return std::string(name(type)) + " [" + std::to_string(rows) + " x " + std::to_string(cols) + "]";
 }
 
-std::string describe(const MatrixView& view) { return describe(view.type, view.rows, view.cols); }
+std::string describe(const MatrixView& view) {
+  std::string s = describe(view.type, view.rows, view.cols);
+  if (view.interleave != 0) s += " (repacked by " + std::to_string(view.interleave) + " rows)";
+  return s;
+}
 
 void check_shape(Type type, std::size_t rows, std::size_t cols) {
   const TypeTraits& t = traits(type);
@@ -126,6 +131,11 @@ void validate(const MatrixView& v) {
   if (v.data.size() != expected) {
     throw InputError("quant: " + describe(v) + ": data has " + std::to_string(v.data.size()) +
                      " bytes, expected " + std::to_string(expected));
+  }
+  if (v.interleave != 0 && (!can_repack(v.type) || v.interleave < 2 || v.interleave > 16)) {
+    throw InputError("quant: " + describe(v) + ": rows interleaved by " +
+                     std::to_string(v.interleave) +
+                     " (only Q8_0, Q4_0 and MXFP4 can be repacked, by 2 to 16 rows)");
   }
   const bool ct = v.type == Type::kMXFP4Packed;
   const bool ms = v.type == Type::kModelSlimInt8 || v.type == Type::kModelSlimInt4;
@@ -179,6 +189,17 @@ MatrixView row_slice(const MatrixView& v, std::size_t first, std::size_t count) 
                      ", " + std::to_string(first + count) + ")");
   }
   MatrixView s = v;
+  if (v.interleave != 0) {
+    // Whole groups (possibly followed by the plain tail rows), or rows of the plain tail only.
+    const std::size_t full = v.rows / v.interleave * v.interleave;
+    if (first >= full) {
+      s.interleave = 0;
+    } else if (first % v.interleave != 0 || (count % v.interleave != 0 && first + count < full)) {
+      throw InputError("quant: " + describe(v) + ": rows [" + std::to_string(first) + ", " +
+                       std::to_string(first + count) + ") split a group of " +
+                       std::to_string(v.interleave) + " interleaved rows");
+    }
+  }
   s.rows = count;
   const std::size_t per_row = v.rows == 0 ? 0 : v.data.size() / v.rows;  // exact: validated shape
   s.data = v.data.subspan(first * per_row, count * per_row);

@@ -78,6 +78,12 @@ struct MatrixView {
   std::span<const float> group_scale;   // [rows, cols/group_size]     (group mode)
   std::span<const float> group_offset;  // [rows, cols/group_size]     (optional, group mode)
   std::size_t group_size = 0;           // 0 = per-channel (MS_INT4 only)
+
+  // 0: `data` is in the checkpoint layout above. R > 0 (see quant/repack.h, which produces
+  // it): the rows are repacked in groups of R consecutive rows, block by block, so one
+  // sequential pass feeds R dot products; the rows % R last rows stay in the plain layout.
+  // `data` keeps its size, so row r still starts at byte r * row_bytes of its group.
+  std::size_t interleave = 0;
 };
 
 // Bytes of `data` for a matrix of this type and shape (checks the shape rules first).

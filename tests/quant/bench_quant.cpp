@@ -5,7 +5,8 @@
 // Weights stream from memory as in real decoding: each benchmark rotates over enough copies of
 // the matrix to fill K3_BENCH_WORKING_SET_MB (default 1024 MiB; 0 = one copy, which may then be
 // cache resident). Single thread unless K3_BENCH_THREADS says otherwise. The ISA is the
-// detected one unless K3_QUANT_ISA lowers it.
+// detected one unless K3_QUANT_ISA lowers it. "_R4" formats are the same weights repacked
+// row-interleaved by quant::repack (4 rows), read through the same rotation.
 #include <benchmark/benchmark.h>
 #include <tbb/global_control.h>
 
@@ -22,6 +23,7 @@
 #include "quant/isa.h"
 #include "quant/kernels.h"
 #include "quant/quantize.h"
+#include "quant/repack.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -43,6 +45,7 @@ struct Format {
   Type type;
   QuantizeOptions opt;
   std::string label;
+  std::size_t interleave = 0;  // > 0: weights repacked by this many rows (quant/repack.h)
 };
 
 struct Shape {
@@ -52,6 +55,7 @@ struct Shape {
 // Copies of one weight matrix, rotated through so each call reads cold memory.
 struct Working {
   std::vector<QuantizedMatrix> copies;
+  std::size_t interleave = 0;
   std::size_t bytes_per_copy = 0;
   std::size_t total_bytes() const { return copies.size() * bytes_per_copy; }
 };
@@ -88,6 +92,7 @@ QuantizedMatrix make_matrix(const Format& f, const Shape& s) {
   m.offset = tile(small.offset, times);
   m.group_scale = tile(small.group_scale, times);
   m.group_offset = tile(small.group_offset, times);
+  if (f.interleave != 0) m.data = k3::quant::repack(m.view(), f.interleave).data;
   return m;
 }
 
@@ -100,6 +105,7 @@ Working& working_set(const Format& f, const Shape& s) {
     current = Working{};
     const QuantizedMatrix m = make_matrix(f, s);
     current.bytes_per_copy = weight_bytes(m);
+    current.interleave = f.interleave;
     const std::size_t min_bytes = env_size("K3_BENCH_WORKING_SET_MB", 1024) << 20;
     const std::size_t n =
         std::max<std::size_t>(1, (min_bytes + current.bytes_per_copy - 1) / current.bytes_per_copy);
@@ -200,7 +206,9 @@ void bench_matmul(benchmark::State& state, Format f, Shape s, std::size_t batch)
   const double t0 = thread_seconds();
   for (auto _ : state) {
     const QuantizedMatrix& m = ws.copies[i++ % ws.copies.size()];
-    k3::quant::gemm(m.view(), x, batch, y);
+    k3::quant::MatrixView v = m.view();
+    v.interleave = ws.interleave;
+    k3::quant::gemm(v, x, batch, y);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
@@ -244,10 +252,13 @@ int main(int argc, char** argv) {
       {Type::kF16, {}, "F16"},
       {Type::kBF16, {}, "BF16"},
       {Type::kQ8_0, {}, "Q8_0"},
+      {Type::kQ8_0, {}, "Q8_0_R4", k3::quant::kRepackRows},
       {Type::kQ4_0, {}, "Q4_0"},
+      {Type::kQ4_0, {}, "Q4_0_R4", k3::quant::kRepackRows},
       {Type::kQ2_K, {}, "Q2_K"},
       {Type::kQ3_K, {}, "Q3_K"},
       {Type::kMXFP4, {}, "MXFP4"},
+      {Type::kMXFP4, {}, "MXFP4_R4", k3::quant::kRepackRows},
       {Type::kMXFP4Packed, {}, "CT_MXFP4"},
       {Type::kModelSlimInt8, {}, "MS_INT8"},
       {Type::kModelSlimInt4, {}, "MS_INT4"},

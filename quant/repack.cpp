@@ -1,0 +1,111 @@
+#include "quant/repack.h"
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "quant/error.h"
+
+namespace k3::quant {
+namespace {
+
+using std::size_t;
+
+// Bytes of the scale field at the start of a block (the rest is the quant payload).
+size_t scale_bytes(Type type) { return type == Type::kMXFP4 ? 1 : 2; }
+
+// Copies row `row` (of a full group) between the plain row `plain` and the repacked group at
+// `group`: to_plain selects the direction.
+void copy_group_row(Type type, size_t cols, size_t r_in_group, size_t interleave,
+                    const std::uint8_t* src, std::uint8_t* dst, bool to_plain) {
+  const TypeTraits& t = traits(type);
+  const size_t bb = t.block_bytes, sb = scale_bytes(type), qb = bb - sb;
+  const size_t blocks = cols / t.block_elems;
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t sup = b * interleave * bb;
+    const size_t s_at = sup + r_in_group * sb, q_at = sup + interleave * sb + r_in_group * qb;
+    if (to_plain) {
+      std::memcpy(dst + b * bb, src + s_at, sb);
+      std::memcpy(dst + b * bb + sb, src + q_at, qb);
+    } else {
+      std::memcpy(dst + s_at, src + b * bb, sb);
+      std::memcpy(dst + q_at, src + b * bb + sb, qb);
+    }
+  }
+}
+
+}  // namespace
+
+bool can_repack(Type type) {
+  return type == Type::kQ8_0 || type == Type::kQ4_0 || type == Type::kMXFP4;
+}
+
+MatrixView Repacked::view() const {
+  MatrixView v;
+  v.type = type;
+  v.rows = rows;
+  v.cols = cols;
+  v.data = data;
+  v.interleave = interleave;
+  return v;
+}
+
+Repacked repack(const MatrixView& w, size_t rows_per_group) {
+  validate(w);
+  if (!can_repack(w.type) || w.interleave != 0 || rows_per_group < 2 || rows_per_group > 16) {
+    throw InputError("quant: cannot repack " + describe(w) + " by " +
+                     std::to_string(rows_per_group) + " rows" +
+                     (w.interleave != 0 ? " (already repacked)" : ""));
+  }
+  Repacked out;
+  out.type = w.type;
+  out.rows = w.rows;
+  out.cols = w.cols;
+  out.interleave = rows_per_group;
+  out.data.resize(w.data.size());
+  if (w.rows == 0 || w.cols == 0) return out;
+  const size_t rb = row_bytes(w.type, w.cols), r = rows_per_group;
+  const size_t groups = w.rows / r;
+  const std::uint8_t* src = w.data.data();
+  std::uint8_t* dst = out.data.data();
+  tbb::parallel_for(tbb::blocked_range<size_t>(0, groups, 16), [&](const tbb::blocked_range<size_t>& g) {
+    for (size_t i = g.begin(); i < g.end(); ++i) {
+      for (size_t k = 0; k < r; ++k) {
+        copy_group_row(w.type, w.cols, k, r, src + (i * r + k) * rb, dst + i * r * rb, false);
+      }
+    }
+  });
+  std::memcpy(dst + groups * r * rb, src + groups * r * rb, (w.rows - groups * r) * rb);
+  return out;
+}
+
+void unpack_rows(const MatrixView& w, size_t first, size_t count, std::uint8_t* dst) {
+  if (count == 0) return;
+  const size_t rb = w.rows == 0 ? 0 : w.data.size() / w.rows;
+  if (first > w.rows || count > w.rows - first) {
+    throw InternalError("quant: unpack_rows(" + describe(w) + ", " + std::to_string(first) + ", " +
+                        std::to_string(count) + ")");
+  }
+  const size_t r = w.interleave;
+  const size_t full = r == 0 ? 0 : w.rows / r * r;
+  for (size_t row = first; row < first + count; ++row) {
+    std::uint8_t* out = dst + (row - first) * rb;
+    if (row >= full) {
+      std::memcpy(out, w.data.data() + row * rb, rb);
+    } else {
+      copy_group_row(w.type, w.cols, row % r, r, w.data.data() + (row - row % r) * rb, out, true);
+    }
+  }
+}
+
+std::vector<std::uint8_t> unpack(const MatrixView& w) {
+  validate(w);
+  std::vector<std::uint8_t> out(w.data.size());
+  if (!out.empty()) unpack_rows(w, 0, w.rows, out.data());
+  return out;
+}
+
+}  // namespace k3::quant
