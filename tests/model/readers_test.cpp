@@ -143,7 +143,7 @@ TEST(Gguf, RoundTrip) {
 std::string damaged(std::size_t offset, const std::vector<std::uint8_t>& patch,
                     std::size_t truncate_to = 0) {
   auto bytes = read_all(write_small_gguf("damaged.gguf"));
-  std::memcpy(bytes.data() + offset, patch.data(), patch.size());
+  if (!patch.empty()) std::memcpy(bytes.data() + offset, patch.data(), patch.size());
   if (truncate_to) bytes.resize(truncate_to);
   return error_of([&] { parse_gguf_header(bytes, bytes.size(), "m.gguf"); });
 }
