@@ -21,7 +21,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::vector<float> to_floats(DType dtype, const Bytes& bytes, const std::string& what) {
+std::vector<float> to_floats(DType dtype, std::span<const std::uint8_t> bytes,
+                             const std::string& what) {
   std::vector<float> out;
   switch (dtype) {
     case DType::kF32:
