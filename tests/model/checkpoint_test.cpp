@@ -24,23 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// The synthetic checkpoints of the ctest fixture (tests/model/CMakeLists.txt: k3ckpt synth into
-// the build tree); made here too when the binary runs on its own.
-fs::path checkpoint_dir(FormatKind kind) {
-  const fs::path dir = test::scratch_dir() / ("tiny-" + std::string(format_name(kind)));
-  // GGUF keeps its config inside the first split; the others have config.json.
-  const fs::path marker =
-      kind == FormatKind::kGguf ? dir / "kimi-k3-tiny-00001-of-00003.gguf" : dir / "config.json";
-  if (!fs::exists(marker)) {
-    SynthOptions o;
-    o.format = kind;
-    o.out = dir;
-    o.shards = 3;
-    o.corpus = test::source_dir() / ".." / "shared" / "data" / "gsm8k" / "train.jsonl";
-    synthesize_checkpoint(o);
-  }
-  return dir;
-}
+fs::path checkpoint_dir(FormatKind kind) { return test::synthetic_checkpoint(kind); }
 
 // A private copy of a synthetic checkpoint that a test may damage.
 fs::path copy_of(FormatKind kind, const std::string& name) {

@@ -22,22 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace reference;
 
-// The synthetic checkpoints of the ctest fixture synth_tiny (tests/model/CMakeLists.txt);
-// synthesized here the same way when the binary runs on its own.
-fs::path checkpoint_dir(FormatKind kind) {
-  const fs::path dir = test::scratch_dir() / ("tiny-" + std::string(format_name(kind)));
-  const fs::path marker =
-      kind == FormatKind::kGguf ? dir / "kimi-k3-tiny-00001-of-00003.gguf" : dir / "config.json";
-  if (!fs::exists(marker)) {
-    SynthOptions o;
-    o.format = kind;
-    o.out = dir;
-    o.shards = 3;
-    o.corpus = test::source_dir() / ".." / "shared" / "data" / "gsm8k" / "train.jsonl";
-    synthesize_checkpoint(o);
-  }
-  return dir;
-}
+fs::path checkpoint_dir(FormatKind kind) { return test::synthetic_checkpoint(kind); }
 
 // One load per format per process (gtest_discover_tests runs each test in its own process).
 const ReferenceModel& model(FormatKind kind) {
