@@ -151,7 +151,7 @@ int run_load_only(dist::Runtime& runtime, const dist::Groups& groups, const K3ev
                   rss[r] / double(1 << 20), secs[r]);
     }
     const std::size_t shards = main_model.checkpoint->files().size();
-    std::printf("%zu/%zu shards loaded in %.1f s (slowest rank), %.3f GiB over %d ranks; audit clean on every rank\n",
+    std::printf("%zu/%zu shards loaded in %.2f s (slowest rank), %.3f GiB over %d ranks; audit clean on every rank\n",
                 shards, shards, slowest, gib(total), runtime.world_size());
     if (draft.checkpoint) {
       std::printf("draft %s: %zu tensors beside the model, audit clean\n", options.draft_model_path.c_str(),
