@@ -1,5 +1,6 @@
-// k3eval: the MPI batch job. For now it builds and verifies the parallel layout; later issues
-// add checkpoint loading, the Kimi-K3 engine and the GSM8K evaluation on top.
+// k3eval: the MPI batch job. Today it builds and verifies the parallel layout and plans, loads
+// and audits each rank's checkpoint slice; the Kimi-K3 engine and the GSM8K evaluation come on
+// top in later issues.
 #include <cstdio>
 #include <optional>
 
