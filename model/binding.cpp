@@ -449,7 +449,6 @@ class Binder {
   }
 
   void bind_experts(Binding& b) {
-    const ModelConfig& c = ck_.config();
     const std::int64_t E = b.spec.shape[0], out = b.spec.shape[1], in = b.spec.shape[2];
     const std::string which = b.spec.name.substr(b.spec.name.size() - 2);  // w1, w2, w3
     const std::string layer_prefix = ck_.name_prefix() + "model.layers." +
@@ -457,7 +456,6 @@ class Binder {
     auto expert_name = [&](std::int64_t e, const char* suffix) {
       return layer_prefix + std::to_string(e) + "." + which + suffix;
     };
-    (void)c;
     if (fmt_.has(Capability::kFp4RoutedExperts)) {
       ask(b.repr, Capability::kFp4RoutedExperts);
       if (in % 32 != 0) {

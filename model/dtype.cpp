@@ -57,6 +57,8 @@ int ggml_type_of(DType type) { return info(type).ggml; }
 
 bool is_block_type(DType type) { return info(type).block > 1; }
 
+DTypeBlock dtype_block(DType type) { return {info(type).block, info(type).bytes}; }
+
 std::optional<quant::Type> quant_type_of(DType type) {
   switch (type) {
     case DType::kF32:

@@ -37,6 +37,14 @@ int ggml_type_of(DType type);                          // -1 when GGUF has no su
 std::optional<quant::Type> quant_type_of(DType type);  // the kernel type for weight dtypes
 bool is_block_type(DType type);
 
+// Elements per block along the last dimension and bytes per block (1 and the element size for
+// plain types).
+struct DTypeBlock {
+  std::int64_t elems;
+  std::uint64_t bytes;
+};
+DTypeBlock dtype_block(DType type);
+
 // Bytes of a tensor of `shape` (row-major, last dimension fastest). Block types need the last
 // dimension to be a multiple of the block. Returns nullopt on overflow or a broken block rule,
 // so callers that read the shape from a file can report it.

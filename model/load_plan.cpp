@@ -9,29 +9,13 @@ namespace k3::model {
 
 namespace {
 
-struct DTypeBlock {
-  std::int64_t elems;
-  std::uint64_t bytes;
-};
-
-DTypeBlock block_of(DType t) {
-  const std::vector<std::int64_t> one_block_probe = {256};
-  // tensor_bytes of one block: find the smallest row length that is valid.
-  for (std::int64_t n : {1, 32, 256}) {
-    const std::vector<std::int64_t> s = {n};
-    if (auto b = tensor_bytes(t, s)) return {n, *b};
-  }
-  (void)one_block_probe;
-  throw InternalError("no block size for " + std::string(dtype_name(t)));
-}
-
 // Runs covering `lo`..`hi` (per stored dimension) of a row-major tensor at `base`.
 std::vector<Run> runs_for_box(std::uint64_t base, DType dtype,
                               const std::vector<std::int64_t>& shape,
                               const std::vector<std::int64_t>& lo,
                               const std::vector<std::int64_t>& hi, const std::string& what,
                               std::vector<std::string>& problems) {
-  const DTypeBlock blk = block_of(dtype);
+  const DTypeBlock blk = dtype_block(dtype);
   const std::size_t n = shape.size();
   const std::int64_t last = n ? shape[n - 1] : 1;
   const std::int64_t c0 = n ? lo[n - 1] : 0, c1 = n ? hi[n - 1] : 1;
@@ -119,8 +103,6 @@ LoadPlan make_load_plan(const Checkpoint& ck, const std::vector<Binding>& bindin
         hi[0] = pp.box.end[0] / part.row_div;
       } else if (same_rank_dims && nd >= 1) {
         const std::size_t sr = experts && !part.per_expert() ? 1 : 0;  // stored row dim
-        const std::size_t so = experts && !part.per_expert() ? 1 : 0;
-        (void)so;
         if (nd >= 2 || pp.box.begin.size() == 1) {
           lo[sr] = pp.box.begin[lr] / part.row_div;
           hi[sr] = pp.box.end[lr] / part.row_div;

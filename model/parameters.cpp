@@ -36,7 +36,8 @@ std::vector<ParamSpec> kimi_k3_parameters(const ModelConfig& c, const dist::Layo
   b.add("model.embed_tokens.weight", -1, F::kEmbedding, {V, H}, S::kRows, A);
   if (c.is_draft()) {
     // DSpark-style draft: fc fuses the tapped target hidden states into the draft's width.
-    b.add("model.fc.weight", -1, F::kLinear, {H, H * static_cast<std::int64_t>(c.draft_target_layers.size())});
+    b.add("model.fc.weight", -1, F::kLinear,
+          {H, H * static_cast<std::int64_t>(c.draft_target_layers.size())});
     b.add("model.hidden_norm.weight", -1, F::kVector, {H});
   }
   b.add("model.norm.weight", -1, F::kVector, {H});

@@ -264,7 +264,8 @@ void write_gguf_metadata(GgufWriter& w, const ModelConfig& c, const std::string&
 SynthSummary synthesize_checkpoint(const SynthOptions& o) {
   if (o.shards < 1) throw UsageError("--shards " + std::to_string(o.shards) + " must be >= 1");
   // A draft is its own small model, sized to go with the preset's target.
-  ModelConfig cfg = o.format == FormatKind::kDraft ? draft_preset_config(o.preset) : preset_config(o.preset);
+  ModelConfig cfg =
+      o.format == FormatKind::kDraft ? draft_preset_config(o.preset) : preset_config(o.preset);
   for (const auto& [key, value] : o.overrides) {
     if (key == "hidden_size")
       cfg.hidden_size = value;
