@@ -55,3 +55,29 @@ void barrier(const Comm& comm) {
 }
 
 }  // namespace k3::dist
+
+namespace k3::dist {
+
+void allreduce_maxloc(const Comm& comm, std::span<float> values, std::span<std::int32_t> ids) {
+  require_main_thread("allreduce_maxloc");
+  if (values.size() != ids.size()) {
+    throw InternalError("allreduce_maxloc: " + std::to_string(values.size()) + " values and " +
+                        std::to_string(ids.size()) + " ids");
+  }
+  struct Pair {
+    float value;
+    int id;
+  };
+  std::vector<Pair> pairs(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) pairs[i] = {values[i], ids[i]};
+  check_mpi(
+      MPI_Allreduce(MPI_IN_PLACE, pairs.data(), checked_count(pairs.size(), "allreduce_maxloc"),
+                    MPI_FLOAT_INT, MPI_MAXLOC, comm.handle()),
+      "MPI_Allreduce(MAXLOC)");
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    values[i] = pairs[i].value;
+    ids[i] = pairs[i].id;
+  }
+}
+
+}  // namespace k3::dist

@@ -67,6 +67,11 @@ T allreduce(const Comm& comm, T value, ReduceOp op) {
   return value;
 }
 
+// Per element i: the largest values[i] over the members and the id that came with it (the
+// smallest id when several members hold the same value), in place on every member. Greedy
+// decoding over a vocabulary-sharded LM head reduces (logit, token id) pairs this way.
+void allreduce_maxloc(const Comm& comm, std::span<float> values, std::span<std::int32_t> ids);
+
 // One value from every member, in rank order.
 template <class T>
 std::vector<T> allgather(const Comm& comm, const T& value) {
