@@ -1,0 +1,99 @@
+// engine::Engine: the Kimi-K3 forward pass of one rank inside any parallel layout
+// (../shared/reference/kimi-k3.md section 2 for the math, sglang.md section 4 for the split).
+//
+// Every rank calls step() the same number of times with its DP group's batch (identical on all
+// ranks of an attention-TP group; possibly empty), and every step runs the same collectives on
+// every rank (ARCHITECTURE.md, "One engine step across the ranks"):
+//   * MLA / KDA heads split over the attention-TP group, o_proj partial sums allreduced in it;
+//   * the dense MLP and the shared experts split their intermediate size over their group
+//     (attention-TP or TP); over TP under DP attention the DP groups' rows are gathered first;
+//   * routed experts: each attention-TP rank takes a disjoint share of its group's tokens,
+//     routes them, and sends each token's latent to every rank holding a slice of a chosen expert
+//     (EP owner x MoE-TP) with one all-to-all; the weighted partial outputs come back with a
+//     second one, and the shares are allgathered over the attention-TP group;
+//   * the LM head is vocabulary-sharded over its group; sampling reduces (value, token id) pairs
+//     instead of gathering logits.
+// Sequence state (MLA latent cache, KDA recurrent and conv state) lives in numbered slots.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "dist/groups.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace k3::model::engine {
+
+struct EngineOptions {
+  // fp32 activations for every product (weights dequantized once at start): the mode the
+  // double-precision reference comparison uses. Off: integer formats take int8 activations.
+  bool exact = false;
+  // KDA prefill in chunks of this many tokens (fla's chunked form); 0: the token recurrence.
+  std::size_t kda_chunk = 64;
+  int slots = 8;  // sequences whose state is held at once (incl. prefix snapshots)
+  std::size_t context_length = 4096;  // tokens per sequence (prompt + generated)
+};
+
+// Per-slot and per-rank memory, computed before anything is allocated.
+struct MemoryBudget {
+  std::uint64_t kda_state_bytes_per_slot = 0;   // recurrent + conv state, this rank's heads
+  std::uint64_t mla_cache_bytes_per_token = 0;  // latent + k_rot of every MLA layer
+  std::uint64_t state_bytes = 0;                // all slots at full context
+  std::uint64_t weight_bytes = 0;
+  std::uint64_t total() const { return state_bytes + weight_bytes; }
+};
+
+struct Sampling {
+  float temperature = 0;   // 0: greedy (argmax; the lowest token id wins a tie)
+  std::uint64_t seed = 0;  // temperature > 0: Gumbel-max over (seed, position, token id)
+};
+
+struct StepSequence {
+  enum class Output { kNone, kNextToken, kAllLogits };
+  int slot = 0;
+  std::span<const std::int32_t> tokens;  // fed at positions position(slot) ...
+  Output output = Output::kNone;         // kNextToken: sample after the last token
+  Sampling sampling;
+};
+
+struct StepResult {
+  // Per sequence of the batch: the sampled next token, or -1 for Output::kNone.
+  std::vector<std::int32_t> next;
+  // Output::kAllLogits sequences, in batch order: [tokens, vocab] row-major each.
+  std::vector<std::vector<float>> logits;
+  // Non-finite logits this rank saw in its vocabulary shard (a broken checkpoint).
+  std::uint64_t nonfinite_logits = 0;
+};
+
+class Engine {
+ public:
+  // `weights` is this rank's load (plan made for `groups.layout()` and this rank).
+  Engine(const ModelConfig& config, const WeightStore& weights, const dist::Groups& groups,
+         const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const ModelConfig& config() const;
+  const EngineOptions& options() const;
+  static MemoryBudget budget(const ModelConfig& config, const dist::Layout& layout,
+                             const EngineOptions& options, std::uint64_t weight_bytes);
+
+  // Slots: reset to an empty sequence, copy (prefix caching), how many tokens a slot holds.
+  void reset_slot(int slot);
+  void copy_slot(int from, int to);
+  std::size_t position(int slot) const;
+
+  // Collective over the world (see the header comment).
+  StepResult step(std::span<const StepSequence> batch);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace k3::model::engine

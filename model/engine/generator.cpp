@@ -1,0 +1,247 @@
+#include "model/engine/generator.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <deque>
+#include <optional>
+
+#include "dist/collectives.h"
+#include "quant/error.h"
+
+namespace k3::model::engine {
+
+std::string finish_name(Completion::Finish finish) {
+  switch (finish) {
+    case Completion::Finish::kLength:
+      return "length";
+    case Completion::Finish::kStopToken:
+      return "stop_token";
+    case Completion::Finish::kStopped:
+      return "stop_string";
+  }
+  return "?";
+}
+
+Generator::Generator(Engine& engine, const dist::Groups& groups, const GeneratorOptions& options)
+    : engine_(engine), groups_(groups), options_(options) {
+  if (options_.max_running_requests <= 0) {
+    throw UsageError("--max-running-requests must be at least 1");
+  }
+  if (options_.chunked_prefill_size == 0)
+    throw UsageError("--chunked-prefill-size must be at least 1");
+}
+
+void Generator::add_prefix(std::vector<std::int32_t> tokens) {
+  if (!options_.prefix_caching || tokens.empty()) return;
+  prefixes_.push_back(std::move(tokens));
+  const int needed = static_cast<int>(prefixes_.size()) + options_.max_running_requests;
+  if (needed > engine_.options().slots) {
+    throw UsageError(std::to_string(prefixes_.size()) + " prefix snapshot(s) and " +
+                     std::to_string(options_.max_running_requests) + " running requests need " +
+                     std::to_string(needed) + " state slots, but --max-mamba-cache-size allows " +
+                     std::to_string(engine_.options().slots));
+  }
+}
+
+void Generator::validate(std::span<const Request> requests) const {
+  const ModelConfig& c = engine_.config();
+  const std::size_t context = engine_.options().context_length;
+  for (const Request& r : requests) {
+    const std::string who = "request " + std::to_string(r.id) + ": ";
+    if (r.prompt.empty()) throw InputError(who + "empty prompt");
+    if (r.max_new_tokens == 0) throw InputError(who + "max_new_tokens must be at least 1");
+    for (std::int32_t id : r.prompt) {
+      if (id < 0 || id >= c.vocab_size) {
+        throw InputError(who + "token id " + std::to_string(id) + " outside the vocabulary of " +
+                         std::to_string(c.vocab_size));
+      }
+    }
+    if (r.prompt.size() + r.max_new_tokens > context) {
+      throw InputError(who + std::to_string(r.prompt.size()) + " prompt tokens + " +
+                       std::to_string(r.max_new_tokens) + " new tokens exceed the context length " +
+                       std::to_string(context) + " (--context-length)");
+    }
+  }
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Sequence {
+  const Request* request = nullptr;  // null for a prefix snapshot
+  const std::vector<std::int32_t>* prompt = nullptr;
+  int slot = 0;
+  std::size_t fed = 0;  // prompt tokens in the slot's state
+  bool decoding = false;
+  std::vector<std::int32_t> generated;
+  Completion completion;
+};
+
+bool starts_with(const std::vector<std::int32_t>& prompt, const std::vector<std::int32_t>& prefix) {
+  return prompt.size() > prefix.size() && std::equal(prefix.begin(), prefix.end(), prompt.begin());
+}
+
+}  // namespace
+
+GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& on_token,
+                              const DoneFn& on_done) {
+  const auto t0 = Clock::now();
+  auto now = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  GeneratorStats stats;
+  const int slots = engine_.options().slots;
+  const int prefix_slots = static_cast<int>(prefixes_.size());
+
+  // Prefix snapshots first, each in its own slot; requests wait until all are computed.
+  std::vector<Sequence> prefills;
+  for (int i = 0; i < prefix_slots; ++i) {
+    Sequence s;
+    s.prompt = &prefixes_[static_cast<std::size_t>(i)];
+    s.slot = i;
+    engine_.reset_slot(i);
+    prefills.push_back(std::move(s));
+  }
+  std::deque<int> free_slots;
+  for (int s = prefix_slots; s < slots; ++s) free_slots.push_back(s);
+
+  std::vector<Sequence> running;  // admitted requests, in admission order
+  std::size_t next_request = 0;
+  bool nonfinite = false;
+  std::vector<StepSequence> batch;
+  std::vector<Sequence*> batch_seq;
+
+  while (true) {
+    const bool prefixes_ready = prefills.empty();
+    while (prefixes_ready && next_request < requests.size() &&
+           static_cast<int>(running.size()) < options_.max_running_requests &&
+           !free_slots.empty()) {
+      Sequence s;
+      s.request = &requests[next_request++];
+      s.prompt = &s.request->prompt;
+      s.slot = free_slots.front();
+      free_slots.pop_front();
+      s.completion.id = s.request->id;
+      s.completion.prompt_tokens = s.prompt->size();
+      s.completion.admitted_s = now();
+      // The longest registered prefix this prompt starts with.
+      int best = -1;
+      for (int p = 0; p < prefix_slots; ++p) {
+        const auto& prefix = prefixes_[static_cast<std::size_t>(p)];
+        if (starts_with(*s.prompt, prefix) &&
+            (best < 0 || prefix.size() > prefixes_[static_cast<std::size_t>(best)].size())) {
+          best = p;
+        }
+      }
+      if (best >= 0) {
+        engine_.copy_slot(best, s.slot);
+        s.fed = prefixes_[static_cast<std::size_t>(best)].size();
+        s.completion.cached_prompt_tokens = s.fed;
+        stats.cached_tokens += s.fed;
+      } else {
+        engine_.reset_slot(s.slot);
+      }
+      running.push_back(std::move(s));
+    }
+
+    // This step: every decoding sequence's last token, then prompt chunks within the budget.
+    batch.clear();
+    batch_seq.clear();
+    for (Sequence& s : running) {
+      if (!s.decoding) continue;
+      StepSequence step;
+      step.slot = s.slot;
+      step.tokens = std::span<const std::int32_t>(&s.generated.back(), 1);
+      step.output = StepSequence::Output::kNextToken;
+      step.sampling = s.request->sampling;
+      batch.push_back(step);
+      batch_seq.push_back(&s);
+    }
+    std::size_t budget = options_.chunked_prefill_size;
+    auto add_prefill = [&](Sequence& s) {
+      if (s.decoding || budget == 0) return;
+      const std::size_t chunk = std::min(budget, s.prompt->size() - s.fed);
+      budget -= chunk;
+      StepSequence step;
+      step.slot = s.slot;
+      step.tokens = std::span<const std::int32_t>(*s.prompt).subspan(s.fed, chunk);
+      const bool completes = s.fed + chunk == s.prompt->size();
+      step.output =
+          completes && s.request ? StepSequence::Output::kNextToken : StepSequence::Output::kNone;
+      if (s.request) step.sampling = s.request->sampling;
+      batch.push_back(step);
+      batch_seq.push_back(&s);
+    };
+    for (Sequence& s : prefills) add_prefill(s);
+    for (Sequence& s : running) add_prefill(s);
+
+    const bool work = !batch.empty() || next_request < requests.size() || !running.empty();
+    std::array<int, 2> flags = {work ? 1 : 0, nonfinite ? 1 : 0};
+    dist::allreduce(groups_.world(), std::span<int>(flags), dist::ReduceOp::kMax);
+    if (flags[1]) {
+      throw InputError(
+          "the model produced non-finite logits (NaN or infinity); the checkpoint's "
+          "weights or scales are broken");
+    }
+    if (!flags[0]) break;
+
+    StepResult result = engine_.step(batch);
+    ++stats.steps;
+    nonfinite = result.nonfinite_logits > 0;
+    // The first rank of the attention-TP group decides every sampled token for its group.
+    if (groups_.attn_tp().size() > 1 && !result.next.empty()) {
+      dist::bcast(groups_.attn_tp(), std::span<std::int32_t>(result.next), 0);
+    }
+
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      Sequence& s = *batch_seq[i];
+      if (!s.decoding) {
+        s.fed += batch[i].tokens.size();
+        stats.prefill_tokens += batch[i].tokens.size();
+        if (s.fed == s.prompt->size()) s.decoding = true;
+      } else {
+        ++stats.decode_tokens;
+      }
+      if (result.next[i] < 0 || !s.request) continue;
+      const std::int32_t token = result.next[i];
+      Completion& c = s.completion;
+      if (c.completion_tokens == 0) c.first_token_s = now();
+      ++c.completion_tokens;
+      const auto& stops = s.request->stop_tokens;
+      std::optional<Completion::Finish> finish;
+      if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
+        finish = Completion::Finish::kStopToken;
+      } else {
+        s.generated.push_back(token);
+        if (on_token && !on_token(*s.request, s.generated)) {
+          finish = Completion::Finish::kStopped;
+        } else if (s.generated.size() >= s.request->max_new_tokens) {
+          finish = Completion::Finish::kLength;
+        }
+      }
+      if (finish) {
+        c.finish = *finish;
+        c.tokens = s.generated;
+        c.finished_s = now();
+        const Request& done = *s.request;
+        s.request = nullptr;  // marks it for removal below
+        if (on_done) on_done(done, c);
+      }
+    }
+    prefills.erase(std::remove_if(prefills.begin(), prefills.end(),
+                                  [](const Sequence& s) { return s.decoding; }),
+                   prefills.end());
+    for (auto it = running.begin(); it != running.end();) {
+      if (it->request == nullptr) {
+        free_slots.push_back(it->slot);
+        it = running.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  stats.seconds = now();
+  return stats;
+}
+
+}  // namespace k3::model::engine

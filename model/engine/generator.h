@@ -1,0 +1,86 @@
+// engine::Generator: continuous batching over one Engine, the same on every rank.
+//
+// Each rank passes its DP group's requests (identical on every rank of an attention-TP group).
+// Every step mixes the decode tokens of the running sequences with prefill chunks (at most
+// `chunked_prefill_size` prompt tokens per step) for up to `max_running_requests` sequences.
+// Registered prefixes (the few-shot block shared by every GSM8K prompt) are computed once per
+// DP group into their own slots; a request whose prompt starts with one copies its state (MLA
+// cache, KDA recurrent and conv state) and prefills only the rest. All ranks step in lockstep:
+// a DP group with nothing to do joins each step with an empty batch until an allreduce over the
+// world says no group has work left.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dist/groups.h"
+#include "model/engine/engine.h"
+
+namespace k3::model::engine {
+
+struct Request {
+  std::uint64_t id = 0;
+  std::vector<std::int32_t> prompt;
+  std::size_t max_new_tokens = 0;
+  Sampling sampling;
+  std::vector<std::int32_t> stop_tokens;  // end the sequence (not part of its output tokens)
+};
+
+struct Completion {
+  enum class Finish { kLength, kStopToken, kStopped };
+  std::uint64_t id = 0;
+  std::vector<std::int32_t> tokens;   // generated, without a final stop token
+  std::size_t completion_tokens = 0;  // generated, a final stop token included
+  std::size_t prompt_tokens = 0;
+  std::size_t cached_prompt_tokens = 0;  // taken from a prefix snapshot instead of computed
+  Finish finish = Finish::kLength;
+  double admitted_s = 0, first_token_s = 0, finished_s = 0;  // since run() started
+};
+std::string finish_name(Completion::Finish finish);
+
+struct GeneratorOptions {
+  int max_running_requests = 16;
+  std::size_t chunked_prefill_size = 512;
+  bool prefix_caching = true;
+};
+
+struct GeneratorStats {
+  std::size_t steps = 0;
+  std::size_t prefill_tokens = 0;  // computed this run on this rank's DP group
+  std::size_t cached_tokens = 0;   // reused from prefix snapshots
+  std::size_t decode_tokens = 0;
+  double seconds = 0;
+};
+
+class Generator {
+ public:
+  Generator(Engine& engine, const dist::Groups& groups, const GeneratorOptions& options);
+
+  // A prompt prefix shared by many requests. Call before run(), identically within a DP group.
+  void add_prefix(std::vector<std::int32_t> tokens);
+
+  // Throws k3::InputError naming the request for an empty prompt, a token id outside the
+  // vocabulary, or prompt + max_new_tokens beyond the engine's context length. Not collective:
+  // call it inside dist::Runtime::collectively.
+  void validate(std::span<const Request> requests) const;
+
+  // Called on every rank after each generated token (stop tokens excluded); returning false
+  // stops the sequence (stop strings checked on decoded text). Must decide identically on the
+  // ranks of a DP group, which see identical tokens.
+  using TokenFn = std::function<bool(const Request&, std::span<const std::int32_t> generated)>;
+  using DoneFn = std::function<void(const Request&, const Completion&)>;
+  // Collective over the world. Requests are admitted in the order given.
+  GeneratorStats run(std::span<const Request> requests, const TokenFn& on_token,
+                     const DoneFn& on_done);
+
+ private:
+  Engine& engine_;
+  const dist::Groups& groups_;
+  GeneratorOptions options_;
+  std::vector<std::vector<std::int32_t>> prefixes_;
+};
+
+}  // namespace k3::model::engine

@@ -1,0 +1,62 @@
+#include "model/engine/linear.h"
+
+#include "quant/error.h"
+#include "quant/kernels.h"
+#include "quant/reference.h"
+
+namespace k3::model::engine {
+
+namespace {
+
+quant::MatrixView f32_view(const std::vector<float>& values, std::size_t rows, std::size_t cols) {
+  quant::MatrixView v;
+  v.type = quant::Type::kF32;
+  v.rows = rows;
+  v.cols = cols;
+  v.data = std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(values.data()),
+                                         values.size() * sizeof(float));
+  return v;
+}
+
+}  // namespace
+
+Linear::Linear(const quant::MatrixView& view, bool exact) : view_(view) {
+  if (!exact || view.type == quant::Type::kF32) return;
+  auto values = std::make_shared<std::vector<float>>(view.rows * view.cols);
+  quant::dequantize(view, *values);
+  view_ = f32_view(*values, view.rows, view.cols);
+  owned_ = std::move(values);
+}
+
+Linear::Linear(std::vector<float> values, std::size_t rows, std::size_t cols) {
+  if (values.size() != rows * cols) {
+    throw InternalError("Linear: " + std::to_string(values.size()) + " values for [" +
+                        std::to_string(rows) + " x " + std::to_string(cols) + "]");
+  }
+  auto owned = std::make_shared<std::vector<float>>(std::move(values));
+  view_ = f32_view(*owned, rows, cols);
+  owned_ = std::move(owned);
+}
+
+void Linear::apply(std::span<const float> x, std::size_t n, std::span<float> y) const {
+  if (n == 0) return;
+  if (n == 1) {
+    quant::gemv(view_, x.first(view_.cols), y.first(view_.rows));
+  } else {
+    quant::gemm(view_, x.first(n * view_.cols), n, y.first(n * view_.rows));
+  }
+}
+
+void Linear::apply(const quant::Activations& x, std::span<float> y) const {
+  if (x.rows() == 0) return;
+  quant::gemm(view_, x, y.first(x.rows() * view_.rows));
+}
+
+Linear Linear::rows_slice(std::size_t first, std::size_t count) const {
+  Linear out;
+  out.view_ = quant::row_slice(view_, first, count);
+  out.owned_ = owned_;
+  return out;
+}
+
+}  // namespace k3::model::engine

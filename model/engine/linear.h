@@ -1,0 +1,44 @@
+// engine::Linear: one weight matrix W [rows (outputs), cols (inputs)] of this rank, in whatever
+// representation the load plan chose, applied to a batch of activation rows through the quant/
+// kernels. The layer code never asks which format the checkpoint was.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "quant/activations.h"
+#include "quant/types.h"
+
+namespace k3::model::engine {
+
+class Linear {
+ public:
+  Linear() = default;
+  // `exact`: dequantize once to F32 so products use fp32 activations instead of int8 blocks (the
+  // reference comparison); otherwise the view is used in place (mapped or owned bytes).
+  Linear(const quant::MatrixView& view, bool exact);
+  // A matrix the engine built itself (e.g. the absorbed MLA K), row-major F32 [rows, cols].
+  Linear(std::vector<float> values, std::size_t rows, std::size_t cols);
+
+  std::size_t rows() const { return view_.rows; }
+  std::size_t cols() const { return view_.cols; }
+  bool empty() const { return view_.rows == 0; }
+  const quant::MatrixView& view() const { return view_; }
+  quant::ActFormat act_format() const { return quant::traits(view_.type).act; }
+
+  // y [n, rows] = x [n, cols] W^T. n == 0 is a no-op (a DP group with nothing to do).
+  void apply(std::span<const float> x, std::size_t n, std::span<float> y) const;
+  // With activations already prepared for act_format() (shared by several projections).
+  void apply(const quant::Activations& x, std::span<float> y) const;
+
+  // Rows [first, first + count) as their own Linear (a head's slice); shares the bytes.
+  Linear rows_slice(std::size_t first, std::size_t count) const;
+
+ private:
+  quant::MatrixView view_;
+  std::shared_ptr<const std::vector<float>> owned_;
+};
+
+}  // namespace k3::model::engine

@@ -1,0 +1,76 @@
+#include "model/engine/ops.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace k3::model::engine {
+
+void rms_norm(const float* x, std::size_t rows, std::size_t dim, std::span<const float> weight,
+              double eps, float* out) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    double sum_sq = 0;
+    for (std::size_t i = 0; i < dim; ++i) sum_sq += double(xr[i]) * xr[i];
+    const float inv = static_cast<float>(1.0 / std::sqrt(sum_sq / double(dim) + eps));
+    float* o = out + r * dim;
+    for (std::size_t i = 0; i < dim; ++i) o[i] = weight[i] * (xr[i] * inv);
+  }
+}
+
+void l2_norm(float* x, std::size_t dim, double eps) {
+  double sum_sq = 0;
+  for (std::size_t i = 0; i < dim; ++i) sum_sq += double(x[i]) * x[i];
+  const float inv = static_cast<float>(1.0 / std::sqrt(sum_sq + eps));
+  for (std::size_t i = 0; i < dim; ++i) x[i] *= inv;
+}
+
+void situ_rows(std::span<float> gate, std::span<const float> up, float beta, float beta_lin) {
+  for (std::size_t i = 0; i < gate.size(); ++i) gate[i] = situ(gate[i], up[i], beta, beta_lin);
+}
+
+void attn_res_mix(std::span<const float* const> sources, std::size_t dim,
+                  std::span<const float> score, double eps, float* out) {
+  const std::size_t n = sources.size();
+  std::vector<double> s(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const float* v = sources[i];
+    double sum_sq = 0, dot = 0;
+    for (std::size_t d = 0; d < dim; ++d) {
+      sum_sq += double(v[d]) * v[d];
+      dot += double(v[d]) * score[d];
+    }
+    s[i] = dot / std::sqrt(sum_sq / double(dim) + eps);
+  }
+  const double top = *std::max_element(s.begin(), s.end());
+  double total = 0;
+  for (double& x : s) total += (x = std::exp(x - top));
+  std::fill(out, out + dim, 0.0f);
+  for (std::size_t i = 0; i < n; ++i) {
+    const float alpha = static_cast<float>(s[i] / total);
+    const float* v = sources[i];
+    for (std::size_t d = 0; d < dim; ++d) out[d] += alpha * v[d];
+  }
+}
+
+void route_top_k(std::span<const float> logits, std::span<const float> bias, int k, float scaling,
+                 std::span<Route> out) {
+  const std::size_t n = logits.size();
+  std::vector<float> s(n), biased(n);
+  for (std::size_t e = 0; e < n; ++e) {
+    s[e] = sigmoid(logits[e]);
+    biased[e] = s[e] + bias[e];  // noaux_tc: the bias only selects
+  }
+  std::vector<std::int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](std::int32_t a, std::int32_t b) {
+                      return biased[a] > biased[b] || (biased[a] == biased[b] && a < b);
+                    });
+  double sum = 0;
+  for (int i = 0; i < k; ++i) sum += s[order[i]];
+  for (int i = 0; i < k; ++i) {
+    out[i] = {order[i], static_cast<float>(s[order[i]] / (sum + 1e-20) * scaling)};
+  }
+}
+
+}  // namespace k3::model::engine

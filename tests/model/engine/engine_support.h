@@ -1,0 +1,80 @@
+// Helpers of the engine tests: load a synthetic checkpoint's slice for (layout, rank), build an
+// engine on it, and generate greedy tokens for a set of prompts.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "dist/groups.h"
+#include "model/binding.h"
+#include "model/checkpoint.h"
+#include "model/engine/engine.h"
+#include "model/engine/generator.h"
+#include "model/load_plan.h"
+#include "model/loader.h"
+#include "model/parameters.h"
+
+namespace k3::test {
+
+struct LoadedSlice {
+  std::unique_ptr<model::Checkpoint> checkpoint;
+  model::LoadResult loaded;
+};
+
+inline LoadedSlice load_slice(const std::filesystem::path& dir, const dist::Layout& layout,
+                              int rank) {
+  LoadedSlice s;
+  s.checkpoint = std::make_unique<model::Checkpoint>(model::Checkpoint::open(dir));
+  const auto bound = model::bind_parameters(
+      *s.checkpoint, model::kimi_k3_parameters(s.checkpoint->config(), layout));
+  if (!bound.problems.empty()) throw InputError("bind: " + bound.problems.front());
+  const auto plan = model::make_load_plan(*s.checkpoint, bound.bindings, layout, rank);
+  s.loaded = model::load(*s.checkpoint, plan);
+  return s;
+}
+
+// Deterministic prompts of token ids from the trained part of the vocabulary.
+inline std::vector<std::vector<std::int32_t>> random_prompts(std::size_t count, std::size_t min_len,
+                                                             std::size_t max_len, int vocab,
+                                                             std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> id(0, vocab - 1);
+  std::uniform_int_distribution<std::size_t> len(min_len, max_len);
+  std::vector<std::vector<std::int32_t>> out(count);
+  for (auto& p : out) {
+    p.resize(len(rng));
+    for (auto& t : p) t = id(rng);
+  }
+  return out;
+}
+
+// Greedy completions of every prompt (ids 0..n-1), in prompt order.
+inline std::vector<std::vector<std::int32_t>> generate(
+    model::engine::Engine& engine, const dist::Groups& groups,
+    const model::engine::GeneratorOptions& options,
+    const std::vector<std::vector<std::int32_t>>& prompts, std::size_t max_new_tokens,
+    const std::vector<std::int32_t>& prefix = {}, model::engine::GeneratorStats* stats = nullptr) {
+  model::engine::Generator gen(engine, groups, options);
+  if (!prefix.empty()) gen.add_prefix(prefix);
+  std::vector<model::engine::Request> requests;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    model::engine::Request r;
+    r.id = i;
+    r.prompt = prompts[i];
+    r.max_new_tokens = max_new_tokens;
+    requests.push_back(std::move(r));
+  }
+  gen.validate(requests);
+  std::vector<std::vector<std::int32_t>> out(prompts.size());
+  const auto s = gen.run(requests, {},
+                         [&](const model::engine::Request& r, const model::engine::Completion& c) {
+                           out[r.id] = c.tokens;
+                         });
+  if (stats) *stats = s;
+  return out;
+}
+
+}  // namespace k3::test
