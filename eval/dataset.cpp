@@ -1,0 +1,54 @@
+#include "eval/dataset.h"
+
+#include <nlohmann/json.hpp>
+
+#include "eval/text_file.h"
+#include "quant/error.h"
+
+namespace k3::eval {
+
+namespace {
+
+constexpr const char* kExpected =
+    "expected one JSON object per line with string fields \"question\" and \"answer\"";
+
+std::string string_field(const nlohmann::json& object, const char* key, const std::string& where) {
+  const auto it = object.find(key);
+  if (it == object.end()) throw InputError(where + ": missing \"" + key + "\"; " + kExpected);
+  if (!it->is_string()) {
+    throw InputError(where + ": \"" + key + "\" is " + a_json_type(*it) + ", expected a string");
+  }
+  return it->get<std::string>();
+}
+
+}  // namespace
+
+std::vector<Question> read_gsm8k(const std::filesystem::path& path) {
+  const std::string text = read_text_file(path, "GSM8K data");
+  const std::vector<TextLine> lines = split_lines(text);
+  const std::size_t end = end_of_content(lines);
+  if (end == 0) throw InputError(path.string() + ": empty file; " + kExpected);
+
+  std::vector<Question> out;
+  out.reserve(end);
+  for (std::size_t i = 0; i < end; ++i) {
+    const TextLine& line = lines[i];
+    const std::string where = path.string() + ":" + std::to_string(line.number);
+    if (is_blank(line.text)) {
+      throw InputError(where + ": empty line; " + kExpected +
+                       " (blank lines are allowed only at the end)");
+    }
+    const nlohmann::json j = parse_json_line(line.text, where, kExpected);
+    if (!j.is_object()) {
+      throw InputError(where + ": found " + a_json_type(j) + "; " + kExpected);
+    }
+    Question q;
+    q.line = line.number;
+    q.question = string_field(j, "question", where);
+    q.answer = string_field(j, "answer", where);
+    out.push_back(std::move(q));
+  }
+  return out;
+}
+
+}  // namespace k3::eval

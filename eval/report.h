@@ -1,0 +1,83 @@
+// eval reports: what a finished run leaves behind besides its console lines.
+//
+//   summary JSON   metrics, counts, verdict, log problems and the configuration, for machines
+//   status file    one word, ok / regression / error, for schedulers that only read a file
+//   HDF5 history   one group per run, appended run after run, read back by k3report
+//
+// The history is written by one process (rank 0), from one thread, with serial HDF5 calls:
+//   /                    attributes format = "k3eval-history", format_version = 1
+//   /runs/<n>            n = 0, 1, ...; run metadata as attributes (RunRecord's scalars)
+//   /runs/<n>/questions  compound dataset, one row per question (QuestionResult's fields;
+//                        text as variable-length UTF-8 strings, token_ids as a variable-length
+//                        int32 sequence; a NUL byte inside a text ends it there)
+// Appending works on a copy that replaces the file only once complete, so a crash mid-append
+// leaves the previous history intact.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "eval/baseline.h"
+#include "eval/metrics.h"
+#include "eval/results.h"
+
+namespace k3::eval {
+
+enum class RunStatus { kOk, kRegression, kError };
+
+std::string_view status_word(RunStatus status);              // "ok", "regression", "error"
+RunStatus status_of(const std::optional<Verdict>& verdict);  // no baseline: ok
+
+// The status file: the word and a newline, written atomically.
+void write_status(const std::filesystem::path& path, RunStatus status);
+
+// {"status", "metrics": {accuracy, invalid, latency_s, output_throughput, questions, correct,
+//  invalid_count, completion_tokens}, "verdict": {...} or null, "log_errors", "config"}.
+// `config` is echoed as given (the resolved options of the run). NaN metrics become null.
+nlohmann::json summary_json(const Metrics& metrics, const std::optional<Verdict>& verdict,
+                            std::size_t log_errors, const nlohmann::json& config);
+// Pretty-printed, written atomically.
+void write_summary(const std::filesystem::path& path, const nlohmann::json& summary);
+
+// One run of the history.
+struct RunRecord {
+  std::string timestamp;    // ISO 8601 UTC (utc_timestamp())
+  std::string version;      // k3eval's version
+  std::string checkpoint;   // the model path
+  std::string config_name;  // the job configuration's name ("" if none)
+  std::string layout;       // e.g. "tp64 dp4 ep64 dp-attention dp-lm-head"
+  std::string extractor;    // extractor_name()
+  std::string verdict;      // status_word()
+  std::uint64_t num_shots = 0;
+  std::uint64_t num_questions = 0;
+  std::uint64_t completion_tokens = 0;
+  std::uint64_t log_errors = 0;  // count_log_errors()
+  double accuracy = 0;
+  double invalid = 0;  // rate
+  double latency_s = 0;
+  double output_throughput = 0;
+  double baseline_accuracy = std::numeric_limits<double>::quiet_NaN();  // NaN: no baseline
+  double threshold = std::numeric_limits<double>::quiet_NaN();
+  std::vector<QuestionResult> results;
+};
+
+std::string utc_timestamp(std::chrono::system_clock::time_point when);  // "2026-11-30T06:17:16Z"
+
+// Appends `run` as /runs/<n> (creating the file if missing) and returns n. InputError naming
+// the file when it exists but is not a k3eval history, or cannot be written.
+std::size_t append_history(const std::filesystem::path& path, const RunRecord& run);
+
+// Every run, in order. InputError naming the file when it is missing, not HDF5, or not a
+// k3eval history (a missing attribute or field is named).
+std::vector<RunRecord> read_history(const std::filesystem::path& path);
+
+}  // namespace k3::eval

@@ -1,0 +1,155 @@
+#include "eval/text_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "quant/error.h"
+
+namespace k3::eval {
+
+std::string read_text_file(const std::filesystem::path& path, std::string_view what) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw InputError("cannot read " + path.string() + " (" + std::string(what) +
+                     "): it is a directory");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw InputError("cannot open " + path.string() + " (" + std::string(what) +
+                     "): " + std::strerror(errno));
+  }
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (in.bad()) throw InputError("cannot read " + path.string() + " (" + std::string(what) + ")");
+  return std::move(s).str();
+}
+
+std::vector<TextLine> split_lines(std::string_view text) {
+  std::vector<TextLine> lines;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    const std::size_t nl = text.find('\n', start);
+    TextLine line;
+    line.number = lines.size() + 1;
+    line.offset = start;
+    if (nl == std::string_view::npos) {
+      line.text = text.substr(start);
+      line.terminated = false;
+      lines.push_back(line);
+      break;
+    }
+    line.text = text.substr(start, nl - start);
+    line.terminated = true;
+    lines.push_back(line);
+    start = nl + 1;
+  }
+  return lines;
+}
+
+bool is_blank(std::string_view text) {
+  return text.find_first_not_of(" \t\r") == std::string_view::npos;
+}
+
+std::size_t end_of_content(const std::vector<TextLine>& lines) {
+  std::size_t end = lines.size();
+  while (end > 0 && is_blank(lines[end - 1].text)) --end;
+  return end;
+}
+
+namespace {
+
+nlohmann::json parse_json(std::string_view text, const std::string& where,
+                          std::string_view expected, bool keep_line) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 5: <reason>";
+    // the file (and for JSONL the line) is ours, so keep the position and the reason only.
+    std::string reason = e.what();
+    std::string at;
+    const std::size_t start = reason.find("parse error at ");
+    const std::size_t colon = start == std::string::npos ? start : reason.find(": ", start);
+    if (colon != std::string::npos) {
+      at = reason.substr(start + 15, colon - start - 15);
+      reason = reason.substr(colon + 2);
+      if (!keep_line && at.starts_with("line 1, ")) at = at.substr(8);
+      at = " at " + at;
+    }
+    throw InputError(where + ": invalid JSON" + at + ": " + reason + "; " + std::string(expected));
+  }
+}
+
+}  // namespace
+
+nlohmann::json parse_json_line(std::string_view text, const std::string& where,
+                               std::string_view expected) {
+  return parse_json(text, where, expected, false);
+}
+
+nlohmann::json parse_json_document(std::string_view text, const std::string& where,
+                                   std::string_view expected) {
+  return parse_json(text, where, expected, true);
+}
+
+std::string a_json_type(const nlohmann::json& value) {
+  if (value.is_null()) return "null";
+  const std::string name = value.type_name();
+  return (name == "object" || name == "array" ? "an " : "a ") + name;
+}
+
+namespace {
+
+void write_all(int fd, std::string_view text, const std::string& path) {
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t put = ::write(fd, text.data() + done, text.size() - done);
+    if (put < 0) {
+      if (errno == EINTR) continue;
+      throw InputError("cannot write " + path + ": " + std::strerror(errno));
+    }
+    done += static_cast<std::size_t>(put);
+  }
+}
+
+}  // namespace
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view text) {
+  const std::filesystem::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw InputError("cannot create " + tmp.string() + ": " + std::strerror(errno));
+  try {
+    write_all(fd, text, tmp.string());
+    if (::fsync(fd) != 0) {
+      throw InputError("cannot sync " + tmp.string() + ": " + std::strerror(errno));
+    }
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw InputError("cannot rename " + tmp.string() + " to " + path.string() + ": " +
+                     std::strerror(err));
+  }
+  sync_parent_directory(path);
+}
+
+void sync_parent_directory(const std::filesystem::path& path) {
+  std::filesystem::path dir = path.parent_path();
+  if (dir.empty()) dir = ".";
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace k3::eval

@@ -1,0 +1,51 @@
+// Internal to eval/: the file and line handling its readers share (dataset, results, baseline,
+// completions, logs), so that every reader reports file:line and column the same way.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace k3::eval {
+
+// The whole file; InputError "cannot open <path> (<what>): <reason>".
+std::string read_text_file(const std::filesystem::path& path, std::string_view what);
+
+struct TextLine {
+  std::size_t number = 0;   // 1-based
+  std::size_t offset = 0;   // byte offset of the line in the file
+  std::string_view text;    // without the '\n'
+  bool terminated = false;  // followed by '\n' (false only for a last line cut short)
+};
+
+// Lines split on '\n'. The empty piece after a final '\n' is not a line.
+std::vector<TextLine> split_lines(std::string_view text);
+
+bool is_blank(std::string_view text);  // only JSON whitespace (so "\r" of CRLF files too)
+
+// Index one past the last non-blank line: what follows is trailing blank lines.
+std::size_t end_of_content(const std::vector<TextLine>& lines);
+
+// Parses one JSON value; InputError "<where>: invalid JSON at column C: <parser's reason>;
+// <expected>". parse_json_document says "at line L, column C" instead, for whole files.
+nlohmann::json parse_json_line(std::string_view text, const std::string& where,
+                               std::string_view expected);
+nlohmann::json parse_json_document(std::string_view text, const std::string& where,
+                                   std::string_view expected);
+
+// "an object", "an array", "a string", "a number", "a boolean", "null": for "is <type>" messages.
+std::string a_json_type(const nlohmann::json& value);
+
+// Writes `text` to `path` through a temporary file, fsync and rename, so a reader never sees a
+// half-written file and a crash keeps the previous version.
+void write_file_atomically(const std::filesystem::path& path, std::string_view text);
+
+// fsync of the directory holding `path`, so a file just created or renamed there survives a
+// crash of the node. Best effort: some file systems refuse to sync directories.
+void sync_parent_directory(const std::filesystem::path& path);
+
+}  // namespace k3::eval
