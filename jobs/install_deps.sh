@@ -15,6 +15,9 @@ packages=(
   libgtest-dev libgmock-dev
   clang-14 libclang-rt-14-dev
   libbenchmark-dev
+  # A single-host Slurm for jobs/slurm/ and tests/slurm/ (srun --mpi=pmix: Slurm's pmix_v4
+  # plugin and Debian's Open MPI share libpmix2, which libopenmpi-dev already pulls in).
+  slurm-wlm slurmctld slurmd slurm-client munge libpmix2
 )
 
 missing=()

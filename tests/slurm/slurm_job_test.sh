@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# The job scripts of jobs/ as users submit them: jobs/slurm/*.sbatch on the private single-host
+# Slurm of tests/slurm/cluster.sh, and jobs/k3eval-mpirun.sh on the local host.
+# Usage: slurm_job_test.sh CASE CLUSTER_DIR WORK_DIR K3EVAL K3CKPT
+#   checkpoint               writes the synthetic checkpoint the other cases use (a fixture)
+#   nightly_gsm8k_8          sbatch -n 8 jobs/slurm/nightly-gsm8k.sbatch: COMPLETED, 0:0, artifacts
+#   nightly_gsm8k_failed_8   the same job with an impossible layout: FAILED, non-zero exit code
+#   production_64            jobs/slurm/production.sbatch at its 64 tasks (4 simulated nodes of 16)
+#   mpirun_wrapper_8         jobs/k3eval-mpirun.sh --small-host -n 8 with the nightly config
+set -uo pipefail
+case_name=$1
+cluster=$2
+work_root=$3
+export K3EVAL=$4
+k3ckpt=$5
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+checkpoint=$work_root/checkpoint-tiny-hf
+work=$work_root/$case_name
+export PATH=/usr/sbin:$PATH
+
+failures=0
+fail() { echo "FAIL [$case_name]: $*" >&2; failures=$((failures + 1)); }
+finish() {
+  if [[ $failures -ne 0 ]]; then
+    echo "$case_name: $failures check(s) failed" >&2
+    exit 1
+  fi
+  echo "$case_name: ok"
+  exit 0
+}
+
+if [[ $case_name == checkpoint ]]; then
+  rm -rf "$checkpoint"
+  "$k3ckpt" synth --preset tiny --format hf --out "$checkpoint" >/dev/null || fail "k3ckpt synth failed"
+  [[ -f $checkpoint/config.json ]] || fail "no config.json in $checkpoint"
+  finish
+fi
+[[ -f $checkpoint/config.json ]] || { echo "no checkpoint in $checkpoint (fixture slurm_checkpoint)" >&2; exit 1; }
+rm -rf "$work" && mkdir -p "$work"
+cd "$work" || exit 1
+
+# The layout of the 64-rank configs, scaled to 8 tasks: DP attention over 4 groups of 2.
+layout_8=(--tp 8 --ep 8)
+
+if [[ $case_name == mpirun_wrapper_8 ]]; then
+  K3_ARTIFACTS_ROOT=$work/artifacts timeout 120 "$repo/jobs/k3eval-mpirun.sh" --small-host -n 8 \
+    "$repo/jobs/configs/nightly-gsm8k.ini" "${layout_8[@]}" --model-path "$checkpoint" >out 2>err
+  rc=$?
+  [[ $rc -eq 0 ]] || fail "exit code $rc; stderr: $(cat err)"
+  grep -qF "audit clean on every rank" out || fail "stdout lacks the load summary: $(cat out)"
+  runs=("$work"/artifacts/*/)
+  [[ ${#runs[@]} -eq 1 && -d ${runs[0]} ]] || fail "expected one run directory under $work/artifacts: ${runs[*]}"
+  run=${runs[0]%/}
+  [[ $(basename "$run") =~ ^[0-9]{8}T[0-9]{6}Z-[0-9]+$ ]] || fail "run directory '$run' is not <UTC time>-<pid>"
+  for r in 0 1 2 3 4 5 6 7; do
+    [[ -s $run/logs/rank-0000$r.log ]] || fail "missing or empty $run/logs/rank-0000$r.log"
+  done
+  grep -qx "exit_code: 0" "$run/job.txt" || fail "job.txt lacks 'exit_code: 0': $(cat "$run/job.txt")"
+  cmp -s "$run/stdout.log" out || fail "stdout.log differs from the run's stdout"
+  finish
+fi
+
+# --- Slurm cases ---
+# Nothing from an enclosing allocation (a CI job under Slurm) may leak into the submission.
+while read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(SLURM_|SBATCH_|SALLOC_|SRUN_)')
+# shellcheck source=/dev/null
+source "$cluster/env.sh" || { echo "no cluster in $cluster (fixture slurm_cluster)" >&2; exit 1; }
+sinfo -h -o %T | grep -qE 'idle|mixed' || fail "the cluster's node is not up: $(sinfo 2>&1)"
+
+# submit ARGS...: sbatch from $work; sets $job.
+submit() {
+  job=$(sbatch --parsable --time=5 "$@" 2>"$work/sbatch.err")
+  local rc=$?
+  job=${job%%;*}
+  [[ $rc -eq 0 && $job =~ ^[0-9]+$ ]] || { fail "sbatch failed ($rc): $(cat "$work/sbatch.err")"; finish; }
+  echo "submitted job $job: sbatch $*"
+}
+# wait_job SECONDS: polls the job until it has ended; sets $state, $exit_code and $output (the
+# job's output file) from `scontrol show job`, whose record stays MinJobAge=300 s after the end
+# (the cluster has no accounting database for sacct).
+wait_job() {
+  local deadline=$((SECONDS + $1)) info
+  while :; do
+    info=$(scontrol show job -o "$job" 2>&1)
+    state=$(grep -o 'JobState=[A-Z_]*' <<<"$info" | cut -d= -f2)
+    exit_code=$(grep -o 'ExitCode=[0-9:]*' <<<"$info" | cut -d= -f2)
+    case $state in
+      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED) break ;;
+    esac
+    if ((SECONDS >= deadline)); then
+      fail "job $job still '$state' after $1 s: $info"
+      scancel "$job"
+      break
+    fi
+    sleep 0.5
+  done
+  output=$(grep -o 'StdOut=[^ ]*' <<<"$info" | cut -d= -f2)
+  echo "job $job: JobState=$state ExitCode=$exit_code (test time $SECONDS s)"
+}
+show_output() { echo "--- $output ---"; cat "$output" 2>/dev/null; echo "---"; }
+
+case $case_name in
+  nightly_gsm8k_8)
+    # The nightly's baseline is referenced from its config and readable (used once k3eval evaluates).
+    baseline=$(sed -n 's/^#* *baseline *= *//p' "$repo/jobs/configs/nightly-gsm8k.ini" | head -1)
+    [[ -n $baseline ]] || fail "jobs/configs/nightly-gsm8k.ini references no baseline"
+    python3 -c 'import json, sys; b = json.load(open(sys.argv[1])); assert b["tolerance"]["mode"] in ("relative", "absolute")' \
+      "$repo/$baseline" || fail "baseline '$repo/$baseline' is not a valid baseline JSON"
+
+    submit -n 8 "$repo/jobs/slurm/nightly-gsm8k.sbatch" "${layout_8[@]}" --model-path "$checkpoint"
+    wait_job 150
+    [[ $state == COMPLETED ]] || fail "JobState=$state, expected COMPLETED"
+    [[ $exit_code == 0:0 ]] || fail "ExitCode=$exit_code, expected 0:0"
+    [[ -f $output ]] || fail "no job output $output"
+    grep -qF "layout: world=8 tp=8 dp=4 (DP attention) attn_tp=2 ep=8" "$output" || fail "output lacks the 8-task layout"
+    grep -qF "audit clean on every rank" "$output" || fail "output lacks the load summary"
+    # The ranks were started by a srun step of this job, not by a singleton or mpirun.
+    grep -qF "8 ranks (hosts via slurm), 1 oneTBB thread(s) per rank, job $job.0" "$output" ||
+      fail "output does not show 8 ranks in step $job.0"
+    grep -qF "k3eval job $job: exit code 0" "$output" || fail "output lacks the job's exit line"
+    artifacts=$work/artifacts/$job
+    [[ -d $artifacts ]] || fail "no artifacts directory $artifacts"
+    for r in 0 1 2 3 4 5 6 7; do
+      f=$artifacts/logs/rank-0000$r.log
+      [[ -s $f ]] || { fail "missing or empty $f"; continue; }
+      grep -qF "[rank $r/8] [info] 7 group kinds built and verified" "$f" || fail "$f lacks rank $r's info lines"
+    done
+    cmp -s "$artifacts/config.ini" "$repo/jobs/configs/nightly-gsm8k.ini" || fail "artifacts lack the config used"
+    grep -qx "exit_code: 0" "$artifacts/job.txt" || fail "job.txt lacks 'exit_code: 0'"
+    grep -qx "tasks: 8" "$artifacts/job.txt" || fail "job.txt lacks 'tasks: 8'"
+    grep -qF "audit clean on every rank" "$artifacts/stdout.log" || fail "stdout.log lacks the load summary"
+    ;;
+  nightly_gsm8k_failed_8)
+    # Until k3eval evaluates, an impossible layout stands in for an unreachable baseline: the
+    # job must end FAILED with k3eval's exit code, its error in the job output. Also checks
+    # that K3_ARTIFACTS_ROOT moves the per-job directory.
+    K3_ARTIFACTS_ROOT=$work/elsewhere submit -n 8 "$repo/jobs/slurm/nightly-gsm8k.sbatch" \
+      "${layout_8[@]}" --dp 3 --model-path "$checkpoint"
+    wait_job 150
+    [[ $state == FAILED ]] || fail "JobState=$state, expected FAILED"
+    [[ $exit_code =~ ^[0-9]+:[0-9]+$ && $exit_code != 0:0 ]] || fail "ExitCode=$exit_code, expected non-zero"
+    [[ $exit_code == 2:0 ]] || fail "ExitCode=$exit_code, expected k3eval's usage error 2:0"
+    grep -qF "[rank 0/8] [error] invalid parallel layout: --dp 3 must divide --tp 8 under --enable-dp-attention" "$output" ||
+      fail "the job output lacks k3eval's error"
+    [[ $(grep -c "invalid parallel layout" "$output") -eq 1 ]] || fail "the error is not printed exactly once"
+    grep -qF "k3eval job $job: exit code 2" "$output" || fail "output lacks the job's exit line"
+    grep -qx "exit_code: 2" "$work/elsewhere/$job/job.txt" || fail "no $work/elsewhere/$job/job.txt with 'exit_code: 2'"
+    [[ ! -e $work/artifacts ]] || fail "K3_ARTIFACTS_ROOT was ignored: $work/artifacts exists"
+    ;;
+  production_64)
+    # The production shape: 64 tasks, TP64 / DP4 / EP64. The test cluster has one node of 64
+    # CPUs, so the 16 tasks per node become 64 and k3eval simulates the 4 nodes.
+    submit --ntasks-per-node=64 "$repo/jobs/slurm/production.sbatch" --ranks-per-node 16 --model-path "$checkpoint"
+    wait_job 200
+    [[ $state == COMPLETED ]] || fail "JobState=$state, expected COMPLETED"
+    [[ $exit_code == 0:0 ]] || fail "ExitCode=$exit_code, expected 0:0"
+    [[ $output == */k3eval-production-$job.out ]] || fail "unexpected job output name $output"
+    for line in "layout: world=64 tp=64 dp=4 (DP attention) attn_tp=16 ep=64 moe_tp=1 nodes=4x16 lm-head=attn-tp dense-mlp=attn-tp shared-experts=attn-tp" \
+                "attn-tp              4    16  {0..15} {16..31} {32..47} {48..63}" \
+                "attn-dp             16     4  {0,16,32,48} {1,17,33,49}" \
+                "moe-ep               1    64  {0..63}" \
+                "64 ranks (simulated nodes via slurm), 1 oneTBB thread(s) per rank, job $job.0" \
+                "audit clean on every rank"; do
+      grep -qF -- "$line" "$output" || fail "output lacks '$line'"
+    done
+    logs=("$work/artifacts/$job"/logs/rank-000??.log)
+    [[ ${#logs[@]} -eq 64 && -s ${logs[63]} ]] || fail "expected 64 rank logs in $work/artifacts/$job/logs"
+    ;;
+  *)
+    fail "unknown case"
+    ;;
+esac
+[[ $failures -eq 0 ]] || show_output
+finish
