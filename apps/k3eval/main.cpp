@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "apps/k3eval/check_layout.h"
+#include "apps/k3eval/evaluate.h"
 #include "apps/k3eval/load_only.h"
 #include "apps/k3eval/options.h"
 #include "dist/collectives.h"
@@ -36,6 +37,14 @@ int run_k3eval(dist::Runtime& runtime, int argc, char** argv) {
     return 0;
   }
   spdlog::debug("command line: {}", options.command_line);
+  if (options.command == "score") {
+    // Re-scoring needs no model and no layout: rank 0 does it, the lowest failing rank reports.
+    int code = 0;
+    runtime.collectively([&] {
+      if (runtime.rank() == 0) code = apps::run_score(options);
+    });
+    return code;
+  }
 
   std::optional<dist::ThreadCap> threads;
   dist::NodeInfo nodes;
@@ -79,12 +88,9 @@ int run_k3eval(dist::Runtime& runtime, int argc, char** argv) {
     });
     return apps::run_load_only(runtime, *groups, options);
   }
-  runtime.collectively([] {
-    throw UsageError(
-        "nothing to do: pass --check-layout or --model-path PATH --load-only (the GSM8K "
-        "evaluation comes with a later release; see k3eval --help)");
-  });
-  return 0;
+  if (options.command == "logits") return apps::run_logits(runtime, *groups, options);
+  if (options.mode == "throughput") return apps::run_throughput_mode(runtime, *groups, options);
+  return apps::run_evaluation(runtime, *groups, options);
 }
 
 }  // namespace

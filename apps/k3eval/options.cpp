@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "apps/common/layout_options.h"
 #include "quant/error.h"
@@ -42,6 +43,67 @@ po::options_description describe(K3evalOptions& o) {
 
   po::options_description parallel = layout_options(o.layout);
 
+  po::options_description serving("Engine and serving");
+  // clang-format off
+  serving.add_options()
+      ("max-running-requests", po::value(&o.max_running_requests)->value_name("N"),
+       "sequences a DP group decodes at once (default 16)")
+      ("chunked-prefill-size", po::value(&o.chunked_prefill_size)->value_name("N"),
+       "prompt tokens a DP group prefills per step (default 512)")
+      ("max-mamba-cache-size", po::value(&o.max_mamba_cache_size)->value_name("N"),
+       "KDA/MLA state slots per rank (default: max-running-requests + 1 for the prefix snapshot)")
+      ("context-length", po::value(&o.context_length)->value_name("N"),
+       "tokens per sequence, prompt plus generated (default 4096)")
+      ("disable-prefix-cache", po::bool_switch(&o.disable_prefix_cache),
+       "recompute the shared few-shot prefix for every prompt")
+      ("fp32-activations", po::bool_switch(&o.fp32_activations),
+       "dequantize weights once and multiply with fp32 activations (numerics debugging)");
+  // clang-format on
+
+  po::options_description evaluation("Evaluation (GSM8K, SGLang-compatible)");
+  // clang-format off
+  evaluation.add_options()
+      ("mode", po::value(&o.mode)->value_name("MODE"),
+       "eval (default): GSM8K accuracy; throughput: offline tokens/s")
+      ("data-path", po::value(&o.data_path)->value_name("FILE"),
+       "GSM8K JSONL with question and answer fields (default: ../shared/data/gsm8k/test.jsonl)")
+      ("num-shots", po::value(&o.num_shots)->value_name("N"), "few-shot examples (default 5)")
+      ("num-questions", po::value(&o.num_questions)->value_name("N"),
+       "questions evaluated (default 200)")
+      ("max-new-tokens", po::value(&o.max_new_tokens)->value_name("N"),
+       "generated tokens per question at most (default 512)")
+      ("temperature", po::value(&o.temperature)->value_name("T"),
+       "0 (default): greedy; > 0: seeded sampling")
+      ("seed", po::value(&o.seed)->value_name("N"), "sampling seed (default 0)")
+      ("parallel", po::value(&o.parallel)->value_name("N"),
+       "concurrent questions per DP group, together with --max-running-requests (default 64)")
+      ("exclude-shot-questions", po::bool_switch(&o.exclude_shot_questions),
+       "evaluate the questions after the shots (leak-free) instead of SGLang's 0..N-1")
+      ("answer-extractor", po::value(&o.answer_extractor)->value_name("NAME"),
+       "sglang (default: the last number) or flexible")
+      ("dp-balance", po::value(&o.dp_balance)->value_name("HOW"),
+       "round-robin (default) or tokens: balance DP groups by prompt tokens")
+      ("baseline", po::value(&o.baseline)->value_name("FILE"),
+       "accuracy baseline JSON with its tolerance: exit 1 on a regression")
+      ("history", po::value(&o.history)->value_name("FILE"),
+       "HDF5 run history to append to (default: <artifacts-dir>/history.h5)")
+      ("progress", po::value(&o.progress)->value_name("HOW"),
+       "rank 0's progress: bar, log (a line every 10 s) or auto (default: bar on a terminal)")
+      ("resume", po::bool_switch(&o.resume),
+       "continue the run in --artifacts-dir from its per-question results")
+      ("num-prompts", po::value(&o.num_prompts)->value_name("N"),
+       "--mode throughput: prompts (default --num-questions)")
+      ("input-len", po::value(&o.input_len)->value_name("N"),
+       "--mode throughput: random prompts of N tokens (default: the dataset's prompts)")
+      ("output-len", po::value(&o.output_len)->value_name("N"),
+       "--mode throughput: tokens generated per prompt, stop tokens ignored (default --max-new-tokens)")
+      ("prompt", po::value(&o.prompt)->value_name("TEXT"), "k3eval logits: the prompt")
+      ("out", po::value(&o.out)->value_name("FILE"),
+       "k3eval logits: float32 logits [positions x vocabulary], row-major")
+      ("completions", po::value(&o.completions)->value_name("FILE"),
+       "k3eval score: completions to re-score (JSONL or SGLang's dump)");
+  // clang-format on
+
   po::options_description testing("Testing");
   // clang-format off
   testing.add_options()
@@ -50,19 +112,67 @@ po::options_description describe(K3evalOptions& o) {
        "fatal-error policy");
   // clang-format on
 
-  po::options_description all("Usage: mpirun -np N k3eval [options]");
-  all.add(general).add(parallel).add(testing);
+  po::options_description all(
+      "Usage: mpirun -np N k3eval [options]           GSM8K evaluation (or --mode throughput)\n"
+      "       mpirun -np N k3eval logits [options]    --prompt TEXT --out FILE: every position's "
+      "logits\n"
+      "       k3eval score [options]                  --completions FILE: re-score completions");
+  all.add(general).add(parallel).add(serving).add(evaluation).add(testing);
   return all;
+}
+
+void validate(const K3evalOptions& o) {
+  auto at_least = [](int value, int min, const char* name) {
+    if (value < min) {
+      throw UsageError(std::string("--") + name + " must be at least " + std::to_string(min) +
+                       " (got " + std::to_string(value) + ")");
+    }
+  };
+  at_least(o.max_running_requests, 1, "max-running-requests");
+  at_least(o.chunked_prefill_size, 1, "chunked-prefill-size");
+  at_least(o.max_mamba_cache_size, 0, "max-mamba-cache-size");
+  at_least(o.context_length, 2, "context-length");
+  at_least(o.num_shots, 0, "num-shots");
+  at_least(o.num_questions, 1, "num-questions");
+  at_least(o.max_new_tokens, 1, "max-new-tokens");
+  at_least(o.parallel, 1, "parallel");
+  at_least(o.num_prompts, 0, "num-prompts");
+  at_least(o.input_len, 0, "input-len");
+  at_least(o.output_len, 0, "output-len");
+  if (!(o.temperature >= 0)) throw UsageError("--temperature must be 0 or more");
+  if (o.mode != "eval" && o.mode != "throughput") {
+    throw UsageError("--mode '" + o.mode + "' is not one of eval, throughput");
+  }
+  if (o.dp_balance != "round-robin" && o.dp_balance != "tokens") {
+    throw UsageError("--dp-balance '" + o.dp_balance + "' is not one of round-robin, tokens");
+  }
+  if (o.answer_extractor != "sglang" && o.answer_extractor != "flexible") {
+    throw UsageError("--answer-extractor '" + o.answer_extractor +
+                     "' is not one of sglang, flexible");
+  }
+  if (o.progress != "auto" && o.progress != "bar" && o.progress != "log") {
+    throw UsageError("--progress '" + o.progress + "' is not one of auto, bar, log");
+  }
+  if (o.resume && o.artifacts_dir.empty()) throw UsageError("--resume needs --artifacts-dir");
 }
 
 }  // namespace
 
 K3evalOptions parse_k3eval_options(int argc, const char* const* argv) {
   K3evalOptions o;
+  o.data_path = K3_DEFAULT_DATA;
   for (int i = 0; i < argc; ++i) {
     if (i > 0) o.command_line += ' ';
     o.command_line += argv[i];
   }
+  // A subcommand comes first; the options after it are parsed as usual.
+  std::vector<const char*> args(argv, argv + argc);
+  if (args.size() > 1 && (std::string(args[1]) == "logits" || std::string(args[1]) == "score")) {
+    o.command = args[1];
+    args.erase(args.begin() + 1);
+  }
+  argc = static_cast<int>(args.size());
+  argv = args.data();
   po::options_description desc = describe(o);
   po::variables_map vm;
   try {
@@ -85,6 +195,7 @@ K3evalOptions parse_k3eval_options(int argc, const char* const* argv) {
   o.ranks_per_node = o.layout.ranks_per_node;
   if (vm.count("threads")) o.threads = vm["threads"].as<int>();
   if (vm.count("debug-fail-rank")) o.debug_fail_rank = vm["debug-fail-rank"].as<int>();
+  validate(o);
   return o;
 }
 

@@ -2,6 +2,7 @@
 // where SGLang has the flag.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -21,6 +22,45 @@ struct K3evalOptions {
   std::string load_format = "auto";
   std::string draft_model_path;  // --draft-model-path: a DSpark-style draft beside the model
   bool load_only = false;
+
+  // What to run: "eval" (default: the GSM8K evaluation, or --mode throughput), "logits" or
+  // "score" (the first argument: `k3eval logits ...`, `k3eval score ...`).
+  std::string command = "eval";
+  std::string mode = "eval";  // --mode eval | throughput
+
+  // Engine and serving (SGLang's names).
+  int max_running_requests = 16;
+  int chunked_prefill_size = 512;
+  int max_mamba_cache_size = 0;  // state slots; 0: max_running_requests + 1 (prefix snapshot)
+  int context_length = 4096;
+  bool disable_prefix_cache = false;
+  bool fp32_activations = false;
+
+  // Evaluation.
+  std::string data_path;  // default: K3_DEFAULT_DATA (GSM8K test.jsonl in ../shared)
+  int num_shots = 5;
+  int num_questions = 200;
+  int max_new_tokens = 512;
+  double temperature = 0;
+  std::uint64_t seed = 0;
+  int parallel = 64;
+  bool exclude_shot_questions = false;
+  std::string answer_extractor = "sglang";
+  std::string dp_balance = "round-robin";
+  std::string baseline;
+  std::string history;  // HDF5 run history; default <artifacts-dir>/history.h5
+  bool resume = false;
+  std::string progress = "auto";  // bar | log | auto (a bar when stdout is a terminal)
+
+  // --mode throughput.
+  int num_prompts = 0;  // 0: --num-questions
+  int input_len = 0;    // 0: the dataset's prompts
+  int output_len = 0;   // 0: --max-new-tokens
+
+  // logits / score.
+  std::string prompt;
+  std::string out;
+  std::string completions;
   std::optional<int> debug_fail_rank;  // fault injection for tests of the fatal-error policy
   bool help = false;
   bool version = false;

@@ -395,44 +395,69 @@ void Engine::Impl::mla(const Layer& L, const Rows& x, std::span<const StepSequen
                  kv.begin() + static_cast<std::ptrdiff_t>((br.offset[i] + br.count[i]) * C));
   }
 
-  Rows o(T * mla_heads * Vd);
-  Rows q_nope(T * N), q_lat(T * KL), o_lat(T * KL), v(T * Vd), qfull(C), score;
+  // Per head: q_lat = K_h^T q_nope for every token of the step (one product per head).
+  Rows q_lat(mla_heads * T * KL), q_nope(T * N);
   for (std::size_t h = 0; h < mla_heads; ++h) {
     for (std::size_t t = 0; t < T; ++t)
       std::copy_n(&q[(t * mla_heads + h) * QH], N, &q_nope[t * N]);
-    w.k_absorb[h].apply(q_nope, T, q_lat);
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      const Slot& s = slots[static_cast<std::size_t>(batch[i].slot)];
-      const auto& cache = s.mla[static_cast<std::size_t>(w.cache_index)];
-      const std::size_t first =
-          cache.size() / C - br.count[i];  // position of the chunk's first token
-      for (std::size_t j = 0; j < br.count[i]; ++j) {
-        const std::size_t t = br.offset[i] + j;
-        std::copy_n(&q_lat[t * KL], KL, qfull.begin());
-        std::copy_n(&q[(t * mla_heads + h) * QH + N], R,
-                    qfull.begin() + static_cast<std::ptrdiff_t>(KL));
-        const std::size_t n = first + j + 1;  // causal: positions 0..first+j
-        score.resize(n);
-        float top = -std::numeric_limits<float>::infinity();
-        for (std::size_t p = 0; p < n; ++p) {
-          const float* row = &cache[p * C];
-          float acc = 0;
-          for (std::size_t d = 0; d < C; ++d) acc += qfull[d] * row[d];
-          score[p] = acc * scale;
-          top = std::max(top, score[p]);
+    w.k_absorb[h].apply(q_nope, T, std::span<float>(q_lat).subspan(h * T * KL, T * KL));
+  }
+  // Attention per sequence over its cache, in blocks of query tokens: the scores of every
+  // (token, head) row against every cached position are one F32 product with the cache as the
+  // matrix; causality masks the positions after each token.
+  constexpr std::size_t kQueryBlock = 64;
+  Rows o_lat(mla_heads * T * KL, 0.0f), qfull, scores;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    const auto& cache =
+        slots[static_cast<std::size_t>(batch[i].slot)].mla[static_cast<std::size_t>(w.cache_index)];
+    const std::size_t total = cache.size() / C;
+    const std::size_t first = total - br.count[i];  // position of the chunk's first token
+    quant::MatrixView keys;
+    keys.type = quant::Type::kF32;
+    keys.cols = C;
+    for (std::size_t j0 = 0; j0 < br.count[i]; j0 += kQueryBlock) {
+      const std::size_t nq = std::min(kQueryBlock, br.count[i] - j0);
+      const std::size_t visible = first + j0 + nq;  // positions the block's last token sees
+      keys.rows = visible;
+      keys.data = std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(cache.data()),
+                                                visible * C * sizeof(float));
+      const std::size_t rows = nq * mla_heads;
+      qfull.resize(rows * C);
+      for (std::size_t j = 0; j < nq; ++j) {
+        const std::size_t t = br.offset[i] + j0 + j;
+        for (std::size_t h = 0; h < mla_heads; ++h) {
+          float* dst = &qfull[(j * mla_heads + h) * C];
+          const float* ql = &q_lat[(h * T + t) * KL];
+          for (std::size_t d = 0; d < KL; ++d) dst[d] = ql[d] * scale;
+          const float* qr = &q[(t * mla_heads + h) * QH + N];
+          for (std::size_t d = 0; d < R; ++d) dst[KL + d] = qr[d] * scale;
         }
-        double total = 0;
-        for (float& e : score) total += (e = std::exp(e - top));
-        float* ol = &o_lat[t * KL];
-        std::fill_n(ol, KL, 0.0f);
-        for (std::size_t p = 0; p < n; ++p) {
-          const float alpha = static_cast<float>(score[p] / total);
-          const float* row = &cache[p * C];
-          for (std::size_t d = 0; d < KL; ++d) ol[d] += alpha * row[d];
+      }
+      scores.resize(rows * visible);
+      Linear(keys, false).apply(qfull, rows, scores);
+      for (std::size_t j = 0; j < nq; ++j) {
+        const std::size_t t = br.offset[i] + j0 + j;
+        const std::size_t n = first + j0 + j + 1;  // causal: positions 0..first+j0+j
+        for (std::size_t h = 0; h < mla_heads; ++h) {
+          float* sc = &scores[(j * mla_heads + h) * visible];
+          const float top = *std::max_element(sc, sc + n);
+          double sum = 0;
+          for (std::size_t p = 0; p < n; ++p) sum += (sc[p] = std::exp(sc[p] - top));
+          const float inv = static_cast<float>(1.0 / sum);
+          float* ol = &o_lat[(h * T + t) * KL];
+          for (std::size_t p = 0; p < n; ++p) {
+            const float alpha = sc[p] * inv;
+            const float* row = &cache[p * C];
+            for (std::size_t d = 0; d < KL; ++d) ol[d] += alpha * row[d];
+          }
         }
       }
     }
-    w.v_up[h].apply(o_lat, T, v);
+  }
+  // o_h = V_h o_lat, gated by sigmoid(g_proj x).
+  Rows o(T * mla_heads * Vd), v(T * Vd);
+  for (std::size_t h = 0; h < mla_heads; ++h) {
+    w.v_up[h].apply(std::span<const float>(o_lat).subspan(h * T * KL, T * KL), T, v);
     for (std::size_t t = 0; t < T; ++t)
       for (std::size_t d = 0; d < Vd; ++d) {
         const std::size_t at = (t * mla_heads + h) * Vd + d;
@@ -507,7 +532,7 @@ void Engine::Impl::kda(const Layer& L, const Rows& x, std::span<const StepSequen
       }
       float* S = &s.kda[static_cast<std::size_t>(w.state_index)][h * D * D];
       if (n > 1 && opt.kda_chunk > 0) {
-        kda_chunked(head, S, opt.kda_chunk);
+        kda_chunked(head, S, opt.kda_chunk, lower);
       } else {
         kda_recurrent(head, S);
       }

@@ -86,7 +86,7 @@ bool starts_with(const std::vector<std::int32_t>& prompt, const std::vector<std:
 }  // namespace
 
 GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& on_token,
-                              const DoneFn& on_done) {
+                              const DoneFn& on_done, const ProgressFn& on_progress) {
   const auto t0 = Clock::now();
   auto now = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   GeneratorStats stats;
@@ -108,6 +108,7 @@ GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& 
   std::vector<Sequence> running;  // admitted requests, in admission order
   std::size_t next_request = 0;
   bool nonfinite = false;
+  std::uint64_t finished = 0, generated = 0;  // by this DP group
   std::vector<StepSequence> batch;
   std::vector<Sequence*> batch_seq;
 
@@ -176,8 +177,13 @@ GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& 
     for (Sequence& s : running) add_prefill(s);
 
     const bool work = !batch.empty() || next_request < requests.size() || !running.empty();
-    std::array<int, 2> flags = {work ? 1 : 0, nonfinite ? 1 : 0};
-    dist::allreduce(groups_.world(), std::span<int>(flags), dist::ReduceOp::kMax);
+    // One allreduce per step: who has work, broken logits, and the progress counters. Only the
+    // first rank of each attention-TP group counts progress, so each group counts once.
+    const bool leader = groups_.attn_tp().rank() == 0;
+    std::array<std::uint64_t, 4> flags = {work ? 1u : 0u, nonfinite ? 1u : 0u,
+                                          leader ? finished : 0u, leader ? generated : 0u};
+    dist::allreduce(groups_.world(), std::span<std::uint64_t>(flags), dist::ReduceOp::kSum);
+    if (on_progress && stats.steps > 0) on_progress({flags[2], flags[3], stats.steps});
     if (flags[1]) {
       throw InputError(
           "the model produced non-finite logits (NaN or infinity); the checkpoint's "
@@ -207,6 +213,7 @@ GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& 
       Completion& c = s.completion;
       if (c.completion_tokens == 0) c.first_token_s = now();
       ++c.completion_tokens;
+      ++generated;
       const auto& stops = s.request->stop_tokens;
       std::optional<Completion::Finish> finish;
       if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
@@ -223,6 +230,7 @@ GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& 
         c.finish = *finish;
         c.tokens = s.generated;
         c.finished_s = now();
+        ++finished;
         const Request& done = *s.request;
         s.request = nullptr;  // marks it for removal below
         if (on_done) on_done(done, c);

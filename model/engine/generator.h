@@ -72,9 +72,18 @@ class Generator {
   // ranks of a DP group, which see identical tokens.
   using TokenFn = std::function<bool(const Request&, std::span<const std::int32_t> generated)>;
   using DoneFn = std::function<void(const Request&, const Completion&)>;
+  // After every step, on every rank: requests finished and tokens generated so far by all DP
+  // groups together (reduced in the step's lockstep allreduce, so it costs nothing extra).
+  struct Progress {
+    std::uint64_t finished = 0;
+    std::uint64_t generated_tokens = 0;
+    std::uint64_t steps = 0;
+  };
+  using ProgressFn = std::function<void(const Progress&)>;
+
   // Collective over the world. Requests are admitted in the order given.
   GeneratorStats run(std::span<const Request> requests, const TokenFn& on_token,
-                     const DoneFn& on_done);
+                     const DoneFn& on_done, const ProgressFn& on_progress = {});
 
  private:
   Engine& engine_;

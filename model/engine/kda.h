@@ -27,8 +27,8 @@ struct KdaHead {
 
 // S is [D key][D value], carried in and out.
 void kda_recurrent(KdaHead& head, float* S);
-// Chunks of `chunk` tokens; exp() only ever sees cumulative-decay differences <= 0 inside a
-// chunk, so long chunks cannot overflow.
-void kda_chunked(KdaHead& head, float* S, std::size_t chunk);
+// Chunks of `chunk` tokens at most, fewer when the gate's lower bound needs it to keep the
+// factored decays exp(+-cumulative g) inside float's range (see kda.cpp).
+void kda_chunked(KdaHead& head, float* S, std::size_t chunk, float gate_lower_bound);
 
 }  // namespace k3::model::engine

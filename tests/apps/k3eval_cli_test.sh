@@ -113,7 +113,7 @@ case $case_name in
     expect_out "--enable-dp-attention"
     run 0
     expect_rc 2
-    expect_err_once "nothing to do: pass --check-layout"
+    expect_err_once "the evaluation needs --model-path"
     ;;
   load_only_351_shards_8)
     "$k3ckpt" synth --format hf --shards 351 --out "$work/ck" >/dev/null || fail "synth failed"

@@ -1,0 +1,435 @@
+#include "apps/k3eval/evaluate.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
+
+#include "apps/k3eval/model_loading.h"
+#include "dist/collectives.h"
+#include "dist/logging.h"
+#include "eval/baseline.h"
+#include "eval/dataset.h"
+#include "eval/log_scan.h"
+#include "eval/metrics.h"
+#include "eval/report.h"
+#include "eval/runner.h"
+#include "eval/score.h"
+#include "model/engine/engine.h"
+#include "model/tokenizer_files.h"
+
+namespace k3::apps {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double gib(double bytes) { return bytes / double(1ull << 30); }
+
+// Bytes this host can give each of its ranks: MemAvailable shared by the ranks of the node.
+std::uint64_t available_per_rank(const dist::Groups& groups) {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::uint64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemAvailable:") break;
+  }
+  return kib * 1024 / static_cast<std::uint64_t>(std::max(1, groups.node().size()));
+}
+
+model::engine::EngineOptions engine_options(const K3evalOptions& o) {
+  model::engine::EngineOptions e;
+  e.exact = o.fp32_activations;
+  const int running = std::min(o.max_running_requests, o.parallel);
+  e.slots = o.max_mamba_cache_size > 0 ? o.max_mamba_cache_size : running + 1;
+  e.context_length = static_cast<std::size_t>(o.context_length);
+  return e;
+}
+
+eval::RunnerOptions runner_options(const K3evalOptions& o) {
+  eval::RunnerOptions r;
+  r.max_new_tokens = static_cast<std::size_t>(o.max_new_tokens);
+  r.sampling = {static_cast<float>(o.temperature), o.seed};
+  r.extractor = eval::parse_extractor(o.answer_extractor);
+  r.balance_by_tokens = o.dp_balance == "tokens";
+  r.prefix_caching = !o.disable_prefix_cache;
+  r.generator.max_running_requests = std::min(o.max_running_requests, o.parallel);
+  r.generator.chunked_prefill_size = static_cast<std::size_t>(o.chunked_prefill_size);
+  r.generator.prefix_caching = !o.disable_prefix_cache;
+  // Open MPI may hand ranks a pseudo-terminal even when mpirun's output goes to a file, so
+  // scripts pass --progress log.
+  r.progress_bar = o.progress == "bar" || (o.progress == "auto" && isatty(STDOUT_FILENO) != 0);
+  return r;
+}
+
+// The engine over this rank's slice, after checking the state it will need fits in memory.
+std::unique_ptr<model::engine::Engine> make_engine(dist::Runtime& runtime,
+                                                   const dist::Groups& groups,
+                                                   const LoadedModel& model,
+                                                   const K3evalOptions& o) {
+  std::unique_ptr<model::engine::Engine> engine;
+  runtime.collectively([&] {
+    const auto options = engine_options(o);
+    const auto budget = model::engine::Engine::budget(model.config(), groups.layout(), options,
+                                                      model.weights().bytes());
+    const std::uint64_t available = available_per_rank(groups);
+    if (budget.total() > available) {
+      throw InputError(fmt::format(
+          "the engine needs {:.3f} GiB per rank ({:.3f} GiB weights + {} state slots x {} tokens "
+          "of "
+          "context = {:.3f} GiB) but this host has {:.3f} GiB available per rank: lower "
+          "--max-running-requests, --max-mamba-cache-size or --context-length",
+          gib(budget.total()), gib(budget.weight_bytes), options.slots, options.context_length,
+          gib(budget.state_bytes), gib(available)));
+    }
+    engine =
+        std::make_unique<model::engine::Engine>(model.config(), model.weights(), groups, options);
+    spdlog::debug("engine: {:.3f} GiB weights, up to {:.3f} GiB of sequence state",
+                  gib(budget.weight_bytes), gib(budget.state_bytes));
+  });
+  return engine;
+}
+
+std::string layout_name(const dist::Layout& l) {
+  const auto& s = l.spec();
+  std::string out = fmt::format("tp{} dp{} ep{}", l.tp(), l.dp(), l.ep());
+  if (s.enable_dp_attention) out += " dp-attention";
+  if (s.enable_dp_lm_head) out += " dp-lm-head";
+  if (s.enable_shared_experts_attn_tp) out += " shared-experts-attn-tp";
+  if (s.enable_dense_mlp_attn_tp) out += " dense-mlp-attn-tp";
+  return out;
+}
+
+nlohmann::json config_json(const K3evalOptions& o, const dist::Layout& layout) {
+  return {{"command_line", o.command_line},
+          {"config_file", o.config_file},
+          {"model_path", o.model_path},
+          {"load_format", o.load_format},
+          {"layout", layout.summary()},
+          {"world", layout.world()},
+          {"data_path", o.data_path},
+          {"num_shots", o.num_shots},
+          {"num_questions", o.num_questions},
+          {"exclude_shot_questions", o.exclude_shot_questions},
+          {"max_new_tokens", o.max_new_tokens},
+          {"temperature", o.temperature},
+          {"seed", o.seed},
+          {"parallel", o.parallel},
+          {"max_running_requests", o.max_running_requests},
+          {"chunked_prefill_size", o.chunked_prefill_size},
+          {"max_mamba_cache_size", o.max_mamba_cache_size},
+          {"context_length", o.context_length},
+          {"prefix_cache", !o.disable_prefix_cache},
+          {"fp32_activations", o.fp32_activations},
+          {"answer_extractor", o.answer_extractor},
+          {"dp_balance", o.dp_balance},
+          {"baseline", o.baseline},
+          {"resume", o.resume}};
+}
+
+// Every id in order on every rank (rank 0 read them).
+std::vector<std::size_t> bcast_ids(const dist::Groups& groups, std::vector<std::size_t> ids) {
+  std::uint64_t n = ids.size();
+  dist::bcast(groups.world(), std::span<std::uint64_t>(&n, 1), 0);
+  std::vector<std::uint64_t> wire(ids.begin(), ids.end());
+  wire.resize(n);
+  dist::bcast(groups.world(), std::span<std::uint64_t>(wire), 0);
+  return {wire.begin(), wire.end()};
+}
+
+}  // namespace
+
+int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3evalOptions& o) {
+  const bool root = runtime.rank() == 0;
+  const fs::path artifacts = o.artifacts_dir;
+  const fs::path questions_file = artifacts / "questions.jsonl";
+  runtime.collectively([&] {
+    if (o.model_path.empty())
+      throw UsageError("the evaluation needs --model-path (see k3eval --help)");
+  });
+
+  // Everything that can be checked without the model first: data, prompts, baseline, resume.
+  std::vector<eval::Question> data;
+  eval::PromptSet prompts;
+  std::optional<eval::Baseline> baseline;
+  eval::ResultsFile resumed;
+  runtime.collectively([&] {
+    data = eval::read_gsm8k(o.data_path);
+    eval::PromptOptions po;
+    po.num_shots = static_cast<std::size_t>(o.num_shots);
+    po.num_questions = static_cast<std::size_t>(o.num_questions);
+    po.exclude_shot_questions = o.exclude_shot_questions;
+    prompts = eval::build_prompts(data, po, o.data_path);
+    std::vector<std::size_t> ids;
+    for (const auto& p : prompts.prompts) ids.push_back(p.id);
+    if (!o.baseline.empty()) {
+      baseline = eval::read_baseline(o.baseline);
+      eval::check_baseline_fits(*baseline, ids);
+    }
+    if (root && o.resume && fs::exists(questions_file)) {
+      resumed = eval::read_results(questions_file);
+      for (const auto& r : resumed.results) {
+        if (std::find(ids.begin(), ids.end(), r.id) == ids.end()) {
+          throw InputError(questions_file.string() + ": question " + std::to_string(r.id) +
+                           " is not one this configuration evaluates (--resume needs the same "
+                           "--data-path, --num-shots, --num-questions)");
+        }
+      }
+    }
+  });
+  if (root && resumed.warning) spdlog::warn("{}", *resumed.warning);
+  std::vector<std::size_t> done;
+  for (const auto& r : resumed.results) done.push_back(r.id);
+  done = bcast_ids(groups, done);
+  if (o.resume)
+    spdlog::info("--resume: {} of {} questions already finished", done.size(),
+                 prompts.prompts.size());
+
+  if (root && !artifacts.empty()) {
+    fs::create_directories(artifacts);
+    std::ofstream(artifacts / "command.txt") << o.command_line << "\n";
+    std::ofstream(artifacts / "config.json") << config_json(o, groups.layout()).dump(2) << "\n";
+  }
+
+  LoadedModel model = load_model(runtime, groups, o);
+  std::optional<model::Tokenizer> tokenizer;
+  eval::TokenizedPrompts tokens;
+  auto engine = make_engine(runtime, groups, model, o);
+  const eval::RunnerOptions ro = runner_options(o);
+  runtime.collectively([&] {
+    tokenizer.emplace(model::open_tokenizer(o.model_path));
+    tokens = eval::tokenize_prompts(*tokenizer, prompts);
+    model::engine::Generator check(*engine, groups, ro.generator);
+    if (ro.prefix_caching) check.add_prefix(tokens.prefix);  // checks the slots suffice
+    eval::validate_prompts(check, prompts, tokens, ro.max_new_tokens, o.data_path);
+  });
+  spdlog::info("{} questions, {} shots ({} prefix tokens), {} DP group(s)", prompts.prompts.size(),
+               o.num_shots, tokens.prefix.size(),
+               groups.layout().group_count(dist::GroupKind::kAttnTp));
+
+  const std::string smoke = eval::warm_up(*engine, groups, *tokenizer, tokens, ro);
+  spdlog::info("warm-up and smoke request done; smoke completion: {:?}", smoke);
+
+  std::optional<eval::ResultsWriter> writer;
+  if (root && !artifacts.empty()) {
+    writer.emplace(o.resume && fs::exists(questions_file)
+                       ? eval::ResultsWriter::resume(questions_file, resumed)
+                       : eval::ResultsWriter::create(questions_file));
+  }
+  const eval::EvalOutcome outcome = eval::run_gsm8k(*engine, groups, *tokenizer, prompts, tokens,
+                                                    done, ro, [&](const eval::QuestionResult& r) {
+                                                      if (writer) writer->write(r);
+                                                    });
+  spdlog::info(
+      "generation: {} steps, {} prompt tokens computed, {} reused from the prefix cache, {} "
+      "decoded",
+      outcome.stats.steps, outcome.stats.prefill_tokens, outcome.stats.cached_tokens,
+      outcome.stats.decode_tokens);
+
+  // Every rank's log is complete before rank 0 scans them.
+  dist::flush_logs();
+  dist::barrier(groups.world());
+  int code = 0;
+  if (root) {
+    std::vector<eval::QuestionResult> all = resumed.results;
+    all.insert(all.end(), outcome.results.begin(), outcome.results.end());
+    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+    const eval::Metrics metrics = eval::compute_metrics(all, outcome.latency_s);
+    std::fputs(eval::format_metric_lines(metrics).c_str(), stdout);
+    std::optional<eval::Verdict> verdict;
+    if (baseline) {
+      verdict = eval::judge(*baseline, metrics, all);
+      std::printf("Baseline: %.3f (%s), threshold %.3f: %s\n", verdict->baseline_accuracy,
+                  baseline->source.c_str(), verdict->threshold,
+                  verdict->pass ? "PASS" : "REGRESSION");
+      for (const auto& reason : verdict->reasons) std::printf("  %s\n", reason.c_str());
+    }
+    std::size_t log_errors = 0;
+    if (!artifacts.empty()) {
+      std::vector<fs::path> logs;
+      if (fs::exists(artifacts / "logs")) {
+        for (const auto& entry : fs::directory_iterator(artifacts / "logs"))
+          logs.push_back(entry.path());
+      }
+      std::sort(logs.begin(), logs.end());
+      const auto scans = eval::scan_logs(logs);
+      log_errors = eval::count_log_errors(scans);
+      for (const auto& s : scans)
+        for (const auto& f : s.first)
+          std::printf("log %s:%zu: %s\n", s.path.string().c_str(), f.line, f.text.c_str());
+      std::printf("Log scan: %zu error(s) in %zu rank log(s)\n", log_errors, logs.size());
+    }
+    eval::RunStatus status = eval::status_of(verdict);
+    if (log_errors > 0) status = eval::RunStatus::kError;
+    if (!artifacts.empty()) {
+      eval::write_summary(
+          artifacts / "summary.json",
+          eval::summary_json(metrics, verdict, log_errors, config_json(o, groups.layout())));
+      eval::write_status(artifacts / "status", status);
+    }
+    const fs::path history = !o.history.empty()   ? fs::path(o.history)
+                             : !artifacts.empty() ? artifacts / "history.h5"
+                                                  : fs::path();
+    if (!history.empty()) {
+      eval::RunRecord rec;
+      rec.timestamp = eval::utc_timestamp(std::chrono::system_clock::now());
+      rec.version = K3_VERSION;
+      rec.checkpoint = o.model_path;
+      rec.config_name = o.config_file.empty() ? "" : fs::path(o.config_file).stem().string();
+      rec.layout = layout_name(groups.layout());
+      rec.extractor = o.answer_extractor;
+      rec.verdict = std::string(eval::status_word(status));
+      rec.num_shots = static_cast<std::uint64_t>(o.num_shots);
+      rec.num_questions = metrics.questions;
+      rec.completion_tokens = metrics.completion_tokens;
+      rec.log_errors = log_errors;
+      rec.accuracy = metrics.accuracy();
+      rec.invalid = metrics.invalid_rate();
+      rec.latency_s = metrics.latency_s;
+      rec.output_throughput = metrics.output_throughput();
+      if (verdict) {
+        rec.baseline_accuracy = verdict->baseline_accuracy;
+        rec.threshold = verdict->threshold;
+      }
+      rec.results = all;
+      const std::size_t n = eval::append_history(history, rec);
+      spdlog::info("run {} appended to {}", n, history.string());
+    }
+    code = status == eval::RunStatus::kOk ? 0 : status == eval::RunStatus::kRegression ? 1 : 2;
+    std::printf("Status: %s\n", std::string(eval::status_word(status)).c_str());
+    std::fflush(stdout);
+  }
+  dist::bcast(groups.world(), std::span<int>(&code, 1), 0);
+  return code;
+}
+
+int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
+                        const K3evalOptions& o) {
+  runtime.collectively([&] {
+    if (o.model_path.empty()) throw UsageError("--mode throughput needs --model-path");
+  });
+  LoadedModel model = load_model(runtime, groups, o);
+  auto engine = make_engine(runtime, groups, model, o);
+  eval::RunnerOptions ro = runner_options(o);
+  const std::size_t count =
+      static_cast<std::size_t>(o.num_prompts > 0 ? o.num_prompts : o.num_questions);
+  const std::size_t output_len =
+      static_cast<std::size_t>(o.output_len > 0 ? o.output_len : o.max_new_tokens);
+  std::vector<std::vector<std::int32_t>> prompts;
+  runtime.collectively([&] {
+    if (o.input_len > 0) {
+      // Random ids of the trained vocabulary (no specials), the same on every rank.
+      std::mt19937_64 rng(o.seed);
+      const int base = model.config().base_vocab_size();
+      prompts.assign(count, std::vector<std::int32_t>(static_cast<std::size_t>(o.input_len)));
+      for (auto& p : prompts)
+        for (auto& t : p) t = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(base));
+    } else {
+      const auto tokenizer = model::open_tokenizer(o.model_path);
+      const auto data = eval::read_gsm8k(o.data_path);
+      eval::PromptOptions po;
+      po.num_shots = static_cast<std::size_t>(o.num_shots);
+      po.num_questions = count;
+      const auto set = eval::build_prompts(data, po, o.data_path);
+      prompts = eval::tokenize_prompts(tokenizer, set).prompts;
+    }
+    model::engine::Generator check(*engine, groups, ro.generator);
+    std::vector<model::engine::Request> all(prompts.size());
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      all[i].id = i;
+      all[i].prompt = prompts[i];
+      all[i].max_new_tokens = output_len;
+    }
+    check.validate(all);
+  });
+  const auto out = eval::run_throughput(*engine, groups, prompts, output_len, ro);
+  if (runtime.rank() == 0) {
+    std::uint64_t in = 0, gen = 0;
+    for (const auto& g : out.groups) {
+      std::printf("DP group %d: %llu requests, input %.1f tok/s, output %.1f tok/s (%.2f s)\n",
+                  g.dp_group, static_cast<unsigned long long>(g.requests),
+                  g.seconds > 0 ? g.input_tokens / g.seconds : 0.0,
+                  g.seconds > 0 ? g.output_tokens / g.seconds : 0.0, g.seconds);
+      in += g.input_tokens;
+      gen += g.output_tokens;
+    }
+    std::printf("Total: %zu requests, %llu input and %llu output tokens in %.2f s\n",
+                prompts.size(), static_cast<unsigned long long>(in),
+                static_cast<unsigned long long>(gen), out.seconds);
+    std::printf("Input throughput: %.3f token/s\nOutput throughput: %.3f token/s\n",
+                in / out.seconds, gen / out.seconds);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+int run_logits(dist::Runtime& runtime, const dist::Groups& groups, const K3evalOptions& o) {
+  runtime.collectively([&] {
+    if (o.model_path.empty() || o.prompt.empty() || o.out.empty()) {
+      throw UsageError("k3eval logits needs --model-path, --prompt and --out");
+    }
+  });
+  LoadedModel model = load_model(runtime, groups, o);
+  K3evalOptions one = o;
+  one.max_running_requests = 1;
+  one.max_mamba_cache_size = 1;
+  auto engine = make_engine(runtime, groups, model, one);
+  std::vector<std::int32_t> ids;
+  runtime.collectively([&] {
+    ids = model::open_tokenizer(o.model_path).encode(o.prompt);
+    if (ids.empty()) throw UsageError("--prompt encodes to no tokens");
+    if (ids.size() > static_cast<std::size_t>(o.context_length)) {
+      throw UsageError("--prompt has " + std::to_string(ids.size()) +
+                       " tokens, more than --context-length");
+    }
+  });
+  // DP group 0 runs the prompt in one step; every other group joins with an empty batch.
+  const bool runs = groups.layout().coords(runtime.rank()).dp_rank == 0;
+  model::engine::StepSequence s;
+  s.slot = 0;
+  s.tokens = ids;
+  s.output = model::engine::StepSequence::Output::kAllLogits;
+  engine->reset_slot(0);
+  const auto result = engine->step(runs ? std::span<const model::engine::StepSequence>(&s, 1)
+                                        : std::span<const model::engine::StepSequence>());
+  std::uint64_t nonfinite =
+      dist::allreduce(groups.world(), result.nonfinite_logits, dist::ReduceOp::kSum);
+  if (runtime.rank() == 0) {
+    const auto& logits = result.logits.at(0);
+    std::ofstream out(o.out, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(logits.data()),
+              static_cast<std::streamsize>(logits.size() * sizeof(float)));
+    if (!out) throw InputError("cannot write " + o.out);
+    std::printf("tokens (%zu):", ids.size());
+    for (auto id : ids) std::printf(" %d", id);
+    std::printf("\nlogits: %zu x %d float32, row-major, written to %s\n", ids.size(),
+                model.config().vocab_size, o.out.c_str());
+    std::printf("greedy next token: %d\n", result.next.at(0));
+    if (nonfinite)
+      std::printf("warning: %llu non-finite logits\n", static_cast<unsigned long long>(nonfinite));
+    std::fflush(stdout);
+  }
+  return nonfinite ? 2 : 0;
+}
+
+int run_score(const K3evalOptions& o) {
+  if (o.completions.empty()) throw UsageError("k3eval score needs --completions FILE");
+  const auto data = eval::read_gsm8k(o.data_path);
+  const auto report =
+      eval::score_completions(data, o.completions, eval::parse_extractor(o.answer_extractor));
+  std::printf("Scored %zu completions (%s) against %s\n", report.results.size(),
+              report.format.c_str(), o.data_path.c_str());
+  std::fputs(eval::format_accuracy_lines(report.metrics).c_str(), stdout);
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace k3::apps

@@ -1,0 +1,339 @@
+#include "eval/runner.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <numeric>
+
+#include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
+
+#include "dist/collectives.h"
+#include "eval/score.h"
+#include "eval/stop.h"
+#include "quant/error.h"
+
+namespace k3::eval {
+
+using model::engine::Completion;
+using model::engine::Generator;
+using model::engine::Request;
+
+TokenizedPrompts tokenize_prompts(const model::Tokenizer& tokenizer, const PromptSet& prompts) {
+  TokenizedPrompts t;
+  t.prefix = tokenizer.encode(prompts.prefix);
+  t.prompts.reserve(prompts.prompts.size());
+  for (std::size_t i = 0; i < prompts.prompts.size(); ++i) {
+    t.prompts.push_back(tokenizer.encode(prompts.text(i)));
+  }
+  return t;
+}
+
+void validate_prompts(const model::engine::Generator& generator, const PromptSet& prompts,
+                      const TokenizedPrompts& tokens, std::size_t max_new_tokens,
+                      const std::string& source) {
+  std::vector<Request> all(prompts.prompts.size());
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    all[i].id = prompts.prompts[i].id;
+    all[i].prompt = tokens.prompts[i];
+    all[i].max_new_tokens = max_new_tokens;
+  }
+  try {
+    generator.validate(all);
+  } catch (const InputError& e) {
+    // "request N: ..." -> "<data file>: question N: ..." (request ids are question indices).
+    std::string what = e.what();
+    if (what.rfind("request ", 0) == 0) what = "question " + what.substr(8);
+    throw InputError(source + ": " + what);
+  }
+}
+
+std::vector<int> assign_to_dp_groups(std::span<const std::size_t> sizes, int groups,
+                                     bool balance_by_tokens) {
+  std::vector<int> out(sizes.size());
+  if (!balance_by_tokens) {
+    for (std::size_t i = 0; i < sizes.size(); ++i) out[i] = static_cast<int>(i % groups);
+    return out;
+  }
+  // Longest first onto the group with the fewest tokens so far (ties: the lower group).
+  std::vector<std::size_t> order(sizes.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return sizes[a] > sizes[b]; });
+  std::vector<std::size_t> load(static_cast<std::size_t>(groups), 0);
+  for (std::size_t i : order) {
+    const auto g =
+        static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    out[i] = static_cast<int>(g);
+    load[g] += sizes[i];
+  }
+  return out;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int dp_group_of(const dist::Groups& groups) {
+  return groups.layout().coords(groups.world().rank()).dp_rank;
+}
+int dp_groups(const dist::Groups& groups) {
+  return groups.layout().group_count(dist::GroupKind::kAttnTp);
+}
+bool group_leader(const dist::Groups& groups) { return groups.attn_tp().rank() == 0; }
+
+// Rank 0's progress display: a bar on a terminal, a log line every 10 s otherwise.
+class ProgressReporter {
+ public:
+  ProgressReporter(std::size_t total, bool bar, bool active)
+      : total_(total), bar_(bar), active_(active), start_(Clock::now()), last_(start_) {}
+  void update(const Generator::Progress& p) {
+    if (!active_) return;
+    const auto now = Clock::now();
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    const bool done = p.finished >= total_;
+    // A bar redraws at most twice a second; log lines come every 10 s. Both show the end.
+    if (!done &&
+        now - last_ < (bar_ ? std::chrono::milliseconds(500) : std::chrono::milliseconds(10000)))
+      return;
+    last_ = now;
+    const double rate = elapsed > 0 ? static_cast<double>(p.generated_tokens) / elapsed : 0;
+    const double eta = p.finished > 0 ? elapsed * static_cast<double>(total_ - p.finished) /
+                                            static_cast<double>(p.finished)
+                                      : 0;
+    if (bar_) {
+      const std::size_t width = 30;
+      const std::size_t fill = total_ ? width * p.finished / total_ : width;
+      std::fprintf(stdout, "\r[%s%s] %zu/%zu questions, %.1f tok/s, ETA %s   ",
+                   std::string(fill, '#').c_str(), std::string(width - fill, '.').c_str(),
+                   static_cast<std::size_t>(p.finished), total_, rate,
+                   p.finished ? (std::to_string(static_cast<long>(eta)) + " s").c_str() : "?");
+      if (done) std::fputc('\n', stdout);
+      std::fflush(stdout);
+    } else {
+      spdlog::info("progress: {}/{} questions, {:.1f} tok/s, ETA {}", p.finished, total_, rate,
+                   p.finished ? std::to_string(static_cast<long>(eta)) + " s" : "?");
+    }
+  }
+
+ private:
+  std::size_t total_;
+  bool bar_, active_;
+  Clock::time_point start_, last_;
+};
+
+// Per request while it generates: the decoded completion and its stop-string check.
+struct Decoding {
+  explicit Decoding(const model::Tokenizer& t, const std::vector<std::string>& stops)
+      : decoder(t), checker(stops) {}
+  model::IncrementalDecoder decoder;
+  std::string text;
+  StopChecker checker;
+};
+
+}  // namespace
+
+EvalOutcome run_gsm8k(model::engine::Engine& engine, const dist::Groups& groups,
+                      const model::Tokenizer& tokenizer, const PromptSet& prompts,
+                      const TokenizedPrompts& tokens, const std::vector<std::size_t>& skip,
+                      const RunnerOptions& options,
+                      const std::function<void(const QuestionResult&)>& on_result) {
+  const std::vector<std::string> stops =
+      options.stop_strings.empty() ? sglang_stop_strings() : options.stop_strings;
+  // The questions of this run (not finished before) and their DP groups.
+  std::vector<std::size_t> todo, sizes;
+  for (std::size_t i = 0; i < prompts.prompts.size(); ++i) {
+    if (std::find(skip.begin(), skip.end(), prompts.prompts[i].id) != skip.end()) continue;
+    todo.push_back(i);
+    sizes.push_back(tokens.prompts[i].size());
+  }
+  const std::vector<int> owner =
+      assign_to_dp_groups(sizes, dp_groups(groups), options.balance_by_tokens);
+  const int mine = dp_group_of(groups);
+  std::vector<Request> requests;
+  std::vector<std::size_t> request_prompt;  // index into prompts.prompts
+  for (std::size_t k = 0; k < todo.size(); ++k) {
+    if (owner[k] != mine) continue;
+    Request r;
+    r.id = prompts.prompts[todo[k]].id;
+    r.prompt = tokens.prompts[todo[k]];
+    r.max_new_tokens = options.max_new_tokens;
+    r.sampling = options.sampling;
+    r.stop_tokens = {engine.config().eos_token_id};
+    requests.push_back(std::move(r));
+    request_prompt.push_back(todo[k]);
+  }
+
+  Generator gen(engine, groups, options.generator);
+  if (options.prefix_caching) gen.add_prefix(tokens.prefix);
+  std::map<std::uint64_t, Decoding> decoding;
+  std::map<std::uint64_t, std::size_t> prompt_of;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    decoding.emplace(requests[i].id, Decoding(tokenizer, stops));
+    prompt_of[requests[i].id] = request_prompt[i];
+  }
+
+  // Finished here, waiting for the next step's gather to rank 0.
+  std::string outbox;
+  std::uint64_t produced = 0, received = 0;
+  EvalOutcome outcome;
+  ProgressReporter progress(todo.size(), options.progress_bar, groups.world().rank() == 0);
+  auto flush_to_rank0 = [&] {
+    const auto all = dist::gatherv(groups.world(), std::span<const char>(outbox), 0);
+    outbox.clear();
+    if (groups.world().rank() != 0) return;
+    std::size_t begin = 0;
+    const std::string text(all.data.begin(), all.data.end());
+    while (begin < text.size()) {
+      const std::size_t end = text.find('\n', begin);
+      QuestionResult r = result_from_json(nlohmann::json::parse(text.substr(begin, end - begin)),
+                                          "a result from another rank");
+      begin = end + 1;
+      ++received;
+      if (on_result) on_result(r);
+      outcome.results.push_back(std::move(r));
+    }
+  };
+
+  const auto t0 = Clock::now();
+  outcome.stats = gen.run(
+      requests,
+      [&](const Request& r, std::span<const std::int32_t> generated) {
+        Decoding& d = decoding.at(r.id);
+        const std::int32_t id = generated.back();
+        if (tokenizer.is_special(id)) {
+          // Special tokens are skipped in the text (SGLang decodes with
+          // skip_special_tokens=True) unless one is itself a stop string.
+          const std::string name(tokenizer.token_bytes(id));
+          if (std::find(stops.begin(), stops.end(), name) == stops.end()) return true;
+          d.text += d.decoder.finish() + name;
+        } else {
+          d.text += d.decoder.push(id);
+        }
+        return !d.checker.update(d.text);
+      },
+      [&](const Request& r, const Completion& c) {
+        if (!group_leader(groups)) return;
+        Decoding& d = decoding.at(r.id);
+        d.text += d.decoder.finish();
+        const Prompt& p = prompts.prompts[prompt_of.at(r.id)];
+        QuestionResult q;
+        q.id = p.id;
+        q.dp_group = mine;
+        q.prompt_tokens = c.prompt_tokens;
+        q.output_text = std::string(truncate_at_stop(d.text, stops));
+        q.label = p.label;
+        q.completion_tokens = c.completion_tokens;
+        q.latency_s = c.finished_s - c.admitted_s;
+        q.token_ids = c.tokens;
+        grade(q, options.extractor);
+        outbox += to_json(q).dump() + "\n";
+        ++produced;
+      },
+      [&](const Generator::Progress& p) {
+        flush_to_rank0();
+        progress.update(p);
+      });
+  outcome.latency_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  flush_to_rank0();  // nothing is left after the last step, but never drop a result
+
+  // Reconcile: every question of this run produced once and received once.
+  std::array<std::uint64_t, 2> counts = {produced, received};
+  dist::allreduce(groups.world(), std::span<std::uint64_t>(counts), dist::ReduceOp::kSum);
+  if (counts[0] != todo.size() || counts[1] != todo.size()) {
+    throw InternalError("result reconciliation: " + std::to_string(todo.size()) +
+                        " questions assigned, " + std::to_string(counts[0]) + " produced, " +
+                        std::to_string(counts[1]) + " received on rank 0");
+  }
+  std::sort(outcome.results.begin(), outcome.results.end(),
+            [](const QuestionResult& a, const QuestionResult& b) { return a.id < b.id; });
+  for (std::size_t i = 1; i < outcome.results.size(); ++i) {
+    if (outcome.results[i].id == outcome.results[i - 1].id) {
+      throw InternalError("result reconciliation: question " +
+                          std::to_string(outcome.results[i].id) + " evaluated twice");
+    }
+  }
+  return outcome;
+}
+
+std::string warm_up(model::engine::Engine& engine, const dist::Groups& groups,
+                    const model::Tokenizer& tokenizer, const TokenizedPrompts& tokens,
+                    const RunnerOptions& options) {
+  model::engine::GeneratorOptions g = options.generator;
+  g.max_running_requests = 1;
+  std::string smoke;
+  for (int round = 0; round < 2; ++round) {
+    Generator gen(engine, groups, g);
+    Request r;
+    r.id = 0;
+    if (round == 0) {  // warm-up: a few tokens of the prefix, two new tokens
+      const auto& src = tokens.prefix.empty() ? tokens.prompts.at(0) : tokens.prefix;
+      r.prompt.assign(src.begin(), src.begin() + static_cast<std::ptrdiff_t>(
+                                                     std::min<std::size_t>(8, src.size())));
+      r.max_new_tokens = 2;
+    } else {  // smoke: the first prompt whole, a few tokens
+      r.prompt = tokens.prompts.at(0);
+      r.max_new_tokens = std::min<std::size_t>(8, options.max_new_tokens);
+    }
+    r.sampling = options.sampling;
+    std::vector<Request> one{r};
+    gen.validate(one);
+    gen.run(one, {}, [&](const Request&, const Completion& c) {
+      if (round == 1) smoke = tokenizer.decode(c.tokens);
+    });
+  }
+  return smoke;
+}
+
+ThroughputOutcome run_throughput(model::engine::Engine& engine, const dist::Groups& groups,
+                                 const std::vector<std::vector<std::int32_t>>& prompts,
+                                 std::size_t output_len, const RunnerOptions& options) {
+  std::vector<std::size_t> sizes;
+  for (const auto& p : prompts) sizes.push_back(p.size());
+  const std::vector<int> owner =
+      assign_to_dp_groups(sizes, dp_groups(groups), options.balance_by_tokens);
+  const int mine = dp_group_of(groups);
+  std::vector<Request> requests;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    if (owner[i] != mine) continue;
+    Request r;
+    r.id = i;
+    r.prompt = prompts[i];
+    r.max_new_tokens = output_len;
+    r.sampling = options.sampling;
+    requests.push_back(std::move(r));
+  }
+  Generator gen(engine, groups, options.generator);
+  gen.validate(requests);
+  ThroughputGroup mine_stats;
+  mine_stats.dp_group = mine;
+  const auto t0 = Clock::now();
+  gen.run(requests, {}, [&](const Request& r, const Completion& c) {
+    ++mine_stats.requests;
+    mine_stats.input_tokens += r.prompt.size();
+    mine_stats.output_tokens += c.completion_tokens;
+    mine_stats.seconds = std::max(mine_stats.seconds, c.finished_s);
+  });
+  ThroughputOutcome out;
+  out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const std::array<double, 4> row = {
+      static_cast<double>(mine_stats.requests), static_cast<double>(mine_stats.input_tokens),
+      static_cast<double>(mine_stats.output_tokens), mine_stats.seconds};
+  const std::span<const double> contribution =
+      group_leader(groups) ? std::span<const double>(row) : std::span<const double>();
+  const auto all = dist::gatherv(groups.world(), contribution, 0);
+  for (std::size_t i = 0; i + 3 < all.data.size(); i += 4) {
+    ThroughputGroup g;
+    g.dp_group = static_cast<int>(out.groups.size());
+    g.requests = static_cast<std::uint64_t>(all.data[i]);
+    g.input_tokens = static_cast<std::uint64_t>(all.data[i + 1]);
+    g.output_tokens = static_cast<std::uint64_t>(all.data[i + 2]);
+    g.seconds = all.data[i + 3];
+    out.groups.push_back(g);
+  }
+  return out;
+}
+
+}  // namespace k3::eval
