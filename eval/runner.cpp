@@ -281,7 +281,11 @@ std::string warm_up(model::engine::Engine& engine, const dist::Groups& groups,
     std::vector<Request> one{r};
     gen.validate(one);
     gen.run(one, {}, [&](const Request&, const Completion& c) {
-      if (round == 1) smoke = tokenizer.decode(c.tokens);
+      if (round != 1) return;
+      std::vector<std::int32_t> text_ids;  // specials skipped, as in the results
+      for (std::int32_t id : c.tokens)
+        if (!tokenizer.is_special(id)) text_ids.push_back(id);
+      smoke = tokenizer.decode(text_ids);
     });
   }
   return smoke;

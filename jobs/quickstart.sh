@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the main job on the embedded default: 8 local ranks shaped like the production layout
 # (jobs/configs/quickstart.ini) on the synthetic tiny Kimi-K3 checkpoint, which is written to
-# build/checkpoints/ on first use. Today the job verifies the layout, then plans, loads and
-# audits every rank's slice. Installs and builds whatever is missing first; extra arguments go
-# to k3eval.
+# build/checkpoints/ on first use: it plans, loads and audits every rank's slice, then evaluates
+# 20 GSM8K questions of ../shared/data/gsm8k/test.jsonl (or --data-path) and prints the report;
+# artifacts go to build/artifacts/quickstart/. Installs and builds whatever is missing first;
+# extra arguments go to k3eval (e.g. --num-questions 200, --model-path /ckpt/kimi-k3).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$root/jobs/build.sh" >/dev/null
@@ -20,4 +21,5 @@ fi
 # Ranks outnumber cores: waiting ranks must yield instead of spinning.
 export OMPI_MCA_mpi_yield_when_idle=1
 exec mpirun --oversubscribe -np "$np" "$root/build/bin/k3eval" \
-  --config "$root/jobs/configs/quickstart.ini" --model-path "$checkpoint" "$@"
+  --config "$root/jobs/configs/quickstart.ini" --model-path "$checkpoint" \
+  --artifacts-dir "${K3_ARTIFACTS_DIR:-$root/build/artifacts/quickstart}" "$@"

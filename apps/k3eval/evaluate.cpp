@@ -224,10 +224,17 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
                        ? eval::ResultsWriter::resume(questions_file, resumed)
                        : eval::ResultsWriter::create(questions_file));
   }
-  const eval::EvalOutcome outcome = eval::run_gsm8k(*engine, groups, *tokenizer, prompts, tokens,
-                                                    done, ro, [&](const eval::QuestionResult& r) {
-                                                      if (writer) writer->write(r);
-                                                    });
+  int written = 0;
+  auto on_result = [&](const eval::QuestionResult& r) {
+    if (writer) writer->write(r);
+    if (o.debug_abort_after > 0 && ++written == o.debug_abort_after) {
+      runtime.fatal("injected abort after " + std::to_string(written) +
+                        " questions (--debug-abort-after)",
+                    ExitCode::kInternal);
+    }
+  };
+  const eval::EvalOutcome outcome =
+      eval::run_gsm8k(*engine, groups, *tokenizer, prompts, tokens, done, ro, on_result);
   spdlog::info(
       "generation: {} steps, {} prompt tokens computed, {} reused from the prefix cache, {} "
       "decoded",

@@ -109,7 +109,10 @@ po::options_description describe(K3evalOptions& o) {
   testing.add_options()
       ("debug-fail-rank", po::value<int>()->value_name("R"),
        "throw an error on rank R (-1: every rank) after the groups are built, to exercise the "
-       "fatal-error policy");
+       "fatal-error policy")
+      ("debug-abort-after", po::value(&o.debug_abort_after)->value_name("N"),
+       "abort the whole job (MPI_Abort) once rank 0 has written N questions' results, as a "
+       "crash would (tests of --resume)");
   // clang-format on
 
   po::options_description all(

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# The GSM8K evaluation end to end, as a user runs it: reports and artifacts, identical results
+# across layouts, a run killed halfway and resumed, baseline verdicts and their exit codes, bad
+# data, `logits`, `score` and --mode throughput.
+# Usage: k3eval_eval_test.sh CASE K3EVAL_BINARY WORK_DIR CHECKPOINT_DIR DATA_FILE
+set -uo pipefail
+case_name=$1
+k3eval=$2
+work=$3/$case_name
+ck=$4
+data=$5
+rm -rf "$work" && mkdir -p "$work"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
+
+failures=0
+fail() { echo "FAIL [$case_name]: $*" >&2; failures=$((failures + 1)); }
+
+# run NP ARGS...: k3eval on NP ranks; fills $rc, $out, $err.
+run() {
+  local np=$1; shift
+  timeout 300 mpirun --oversubscribe -np "$np" "$k3eval" "$@" >"$work/out" 2>"$work/err"
+  rc=$?
+  out=$(cat "$work/out")
+  err=$(cat "$work/err")
+}
+expect_rc() { [[ $rc -eq $1 ]] || fail "exit code $rc, expected $1; stderr: $(tail -5 "$work/err")"; }
+expect_out() { grep -qE -- "$1" <<<"$out" || fail "stdout lacks /$1/; stdout: $out"; }
+expect_err() { grep -qF -- "$1" <<<"$err" || fail "stderr lacks '$1'; stderr: $(tail -5 "$work/err")"; }
+# The per-question facts that must not change: "id prediction token_ids", sorted by id.
+facts() {
+  sed -E 's/^\{"id":([0-9]+),.*"prediction":"([^"]*)".*"token_ids":(\[[^]]*\]).*$/\1 \2 \3/' "$1" | sort -n
+}
+
+layout8=(--tp 8 --dp 2 --ep 8 --enable-dp-attention --enable-dp-lm-head)
+layout64=(--tp 64 --dp 4 --ep 64 --enable-dp-attention --enable-dp-lm-head
+          --enable-shared-experts-attn-tp --enable-dense-mlp-attn-tp --ranks-per-node 16)
+common=(--model-path "$ck" --data-path "$data" --progress log)
+
+case $case_name in
+  report_1)
+    run 1 "${common[@]}" --num-questions 3 --max-new-tokens 12 --artifacts-dir "$work/a"
+    expect_rc 0
+    expect_out '^Accuracy: [0-9]\.[0-9]{3}$'
+    expect_out '^Invalid: [0-9]\.[0-9]{3}$'
+    expect_out '^Latency: [0-9]+\.[0-9]{3} s$'
+    expect_out '^Output throughput: [0-9]+\.[0-9]{3} token/s$'
+    expect_out '^Status: ok$'
+    [[ $(wc -l <"$work/a/questions.jsonl") -eq 3 ]] || fail "questions.jsonl: $(cat "$work/a/questions.jsonl")"
+    [[ $(cat "$work/a/status") == ok ]] || fail "status file: $(cat "$work/a/status")"
+    grep -q '"accuracy"' "$work/a/summary.json" || fail "summary.json: $(cat "$work/a/summary.json")"
+    grep -qF -- "--num-questions 3" "$work/a/command.txt" || fail "command.txt"
+    [[ -s $work/a/logs/rank-00000.log ]] || fail "no rank log"
+    h5dump -H "$work/a/history.h5" >"$work/h5" 2>&1 || fail "h5dump failed: $(head "$work/h5")"
+    grep -q 'GROUP "runs"' "$work/h5" || fail "history.h5 has no runs group: $(head -20 "$work/h5")"
+    accuracy=$(grep '^Accuracy' "$work/out")
+    # Re-scoring the run's own completions gives its accuracy back.
+    timeout 60 "$k3eval" score --data-path "$data" --completions "$work/a/questions.jsonl" >"$work/score" 2>&1 \
+      || fail "score failed: $(cat "$work/score")"
+    grep -qxF "$accuracy" "$work/score" || fail "score says $(cat "$work/score"), the run said $accuracy"
+    ;;
+  layouts_1_8_64)
+    # fp32 activations: see docs/ENGINE.md ("Determinism") for why int8 activations are not
+    # compared token for token across layouts on the random synthetic model.
+    args=("${common[@]}" --num-questions 5 --max-new-tokens 10 --fp32-activations)
+    run 1 "${args[@]}" --artifacts-dir "$work/one"
+    expect_rc 0
+    run 8 "${args[@]}" "${layout8[@]}" --artifacts-dir "$work/eight"
+    expect_rc 0
+    run 64 "${args[@]}" "${layout64[@]}" --artifacts-dir "$work/sixtyfour"
+    expect_rc 0
+    facts "$work/one/questions.jsonl" >"$work/f1"
+    facts "$work/eight/questions.jsonl" >"$work/f8"
+    facts "$work/sixtyfour/questions.jsonl" >"$work/f64"
+    [[ $(wc -l <"$work/f1") -eq 5 ]] || fail "one rank: $(cat "$work/f1")"
+    cmp -s "$work/f1" "$work/f8" || fail "8 ranks differ from 1: $(diff "$work/f1" "$work/f8")"
+    cmp -s "$work/f1" "$work/f64" || fail "64 ranks differ from 1: $(diff "$work/f1" "$work/f64")"
+    # Both DP groups of the 8-rank run evaluated questions.
+    grep -q '"dp_group":1' "$work/eight/questions.jsonl" || fail "DP group 1 evaluated nothing"
+    ;;
+  resume_8)
+    args=("${common[@]}" "${layout8[@]}" --num-questions 8 --max-new-tokens 10 --fp32-activations
+          --max-running-requests 2)
+    run 8 "${args[@]}" --artifacts-dir "$work/whole"
+    expect_rc 0
+    run 8 "${args[@]}" --artifacts-dir "$work/cut" --debug-abort-after 3
+    [[ $rc -ne 0 ]] || fail "the injected abort exited 0"
+    [[ $(wc -l <"$work/cut/questions.jsonl") -eq 3 ]] || fail "kept $(wc -l <"$work/cut/questions.jsonl") lines, expected 3"
+    # Killed in the middle of a line: the partial line is dropped with a warning.
+    printf '{"id":7,"dp_gr' >>"$work/cut/questions.jsonl"
+    run 8 "${args[@]}" --artifacts-dir "$work/cut" --resume
+    expect_rc 0
+    expect_err "--resume: 3 of 8 questions already finished"
+    expect_err "questions.jsonl:4: dropped the last line, cut short"
+    facts "$work/whole/questions.jsonl" >"$work/fw"
+    facts "$work/cut/questions.jsonl" >"$work/fc"
+    [[ $(wc -l <"$work/fc") -eq 8 ]] || fail "resumed file has $(wc -l <"$work/fc") questions: $(cat "$work/fc")"
+    cmp -s "$work/fw" "$work/fc" || fail "resumed results differ: $(diff "$work/fw" "$work/fc")"
+    expect_out '^Status: ok$'
+    ;;
+  baseline_1)
+    args=("${common[@]}" --num-questions 2 --max-new-tokens 4)
+    echo '{"accuracy": 0.0, "tolerance": {"mode": "absolute", "value": 0.0}}' >"$work/pass.json"
+    run 1 "${args[@]}" --baseline "$work/pass.json" --artifacts-dir "$work/p"
+    expect_rc 0
+    expect_out 'PASS'
+    echo '{"accuracy": 0.9, "tolerance": {"mode": "relative", "value": 0.99}}' >"$work/high.json"
+    run 1 "${args[@]}" --baseline "$work/high.json" --artifacts-dir "$work/r"
+    expect_rc 1
+    expect_out 'REGRESSION'
+    expect_out '^Status: regression$'
+    [[ $(cat "$work/r/status") == regression ]] || fail "status file: $(cat "$work/r/status")"
+    echo '{"accuracy": "high"}' >"$work/bad.json"
+    run 1 "${args[@]}" --baseline "$work/bad.json" --artifacts-dir "$work/e"
+    expect_rc 2
+    expect_err "$work/bad.json"
+    grep -q "shards loaded\|planned in" "$work/err" && fail "a malformed baseline was found only after loading"
+    ;;
+  bad_data_1)
+    { head -n 2 "$data"; echo '{"question": "What is 1+1?"}'; } >"$work/bad.jsonl"
+    run 1 --model-path "$ck" --data-path "$work/bad.jsonl" --num-questions 2 --num-shots 0
+    expect_rc 2
+    expect_err "$work/bad.jsonl:3"
+    run 1 --model-path "$ck" --data-path "$data" --num-questions 100000
+    expect_rc 2
+    expect_err "num_questions = 100000 exceeds the 1319 questions in $data"
+    ;;
+  logits_8)
+    run 1 logits --model-path "$ck" --prompt "Question: What is 3 + 4?" --out "$work/one.bin" --fp32-activations
+    expect_rc 0
+    expect_out '^greedy next token: [0-9]+$'
+    n=$(sed -nE 's/^tokens \(([0-9]+)\):.*/\1/p' <<<"$out")
+    next1=$(grep '^greedy next token' <<<"$out")
+    [[ $(stat -c %s "$work/one.bin") -eq $((n * 4352 * 4)) ]] || fail "logits file of $(stat -c %s "$work/one.bin") bytes for $n tokens"
+    run 8 logits --model-path "$ck" --prompt "Question: What is 3 + 4?" --out "$work/eight.bin" --fp32-activations "${layout8[@]}"
+    expect_rc 0
+    expect_out "^$next1\$"
+    [[ $(stat -c %s "$work/eight.bin") -eq $((n * 4352 * 4)) ]] || fail "8-rank logits file size"
+    ;;
+  throughput_8)
+    run 8 "${common[@]}" "${layout8[@]}" --mode throughput --input-len 32 --output-len 6 --num-prompts 8
+    expect_rc 0
+    expect_out '^DP group 0: 4 requests'
+    expect_out '^DP group 1: 4 requests'
+    expect_out '^Total: 8 requests, 256 input and 48 output tokens'
+    expect_out '^Output throughput: [0-9]+\.[0-9]{3} token/s$'
+    ;;
+  *)
+    fail "unknown case"
+    ;;
+esac
+[[ $failures -eq 0 ]] && echo "PASS [$case_name]"
+exit $((failures > 0))
