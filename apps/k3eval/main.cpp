@@ -1,6 +1,6 @@
-// k3eval: the MPI batch job. Today it builds and verifies the parallel layout and plans, loads
-// and audits each rank's checkpoint slice; the Kimi-K3 engine and the GSM8K evaluation come on
-// top in later issues.
+// k3eval: the MPI batch job. It builds and verifies the parallel layout, plans, loads and audits
+// each rank's checkpoint slice, and runs the GSM8K evaluation on the Kimi-K3 engine (or
+// --mode throughput, `k3eval logits`, `k3eval score`, --load-only, --check-layout).
 #include <cstdio>
 #include <optional>
 
@@ -80,7 +80,8 @@ int run_k3eval(dist::Runtime& runtime, int argc, char** argv) {
   if (options.check_layout) {
     if (runtime.rank() == 0) std::fputs(apps::layout_table(*layout, nodes).c_str(), stdout);
     std::fflush(stdout);
-    if (!options.load_only) return 0;
+    // With a model the job goes on (--load-only, or the evaluation) after the table.
+    if (!options.load_only && options.model_path.empty()) return 0;
   }
   if (options.load_only) {
     runtime.collectively([&] {

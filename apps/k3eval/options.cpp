@@ -2,6 +2,7 @@
 
 #include <boost/program_options.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -24,7 +25,8 @@ po::options_description describe(K3evalOptions& o) {
       ("config", po::value(&o.config_file)->value_name("FILE"),
        "read options from an INI file (key = value, names without '--'); the command line wins")
       ("check-layout", po::bool_switch(&o.check_layout),
-       "build and verify every process group, print the layout table on rank 0, exit")
+       "build and verify every process group and print the layout table on rank 0; exit there "
+       "unless --model-path is given")
       ("model-path", po::value(&o.model_path)->value_name("PATH"),
        "checkpoint directory or .gguf file")
       ("load-format", po::value(&o.load_format)->value_name("FORMAT"),
@@ -177,10 +179,11 @@ K3evalOptions parse_k3eval_options(int argc, const char* const* argv) {
   argc = static_cast<int>(args.size());
   argv = args.data();
   po::options_description desc = describe(o);
-  po::variables_map vm;
+  po::variables_map vm, on_command_line;
   try {
     // Positional arguments are not options: reject them instead of ignoring them.
     po::store(po::command_line_parser(argc, argv).options(desc).positional({}).run(), vm);
+    on_command_line = vm;
     if (vm.count("config")) {
       const std::string path = vm["config"].as<std::string>();
       std::ifstream in(path);
@@ -194,6 +197,22 @@ K3evalOptions parse_k3eval_options(int argc, const char* const* argv) {
     po::notify(vm);
   } catch (const po::error& e) {
     throw UsageError(std::string(e.what()) + " (see k3eval --help)");
+  }
+  // Paths written in a config file are relative to that file (a job config names its baseline
+  // beside it, whatever directory the job starts in); command-line paths to the working directory.
+  if (!o.config_file.empty()) {
+    const std::filesystem::path base = std::filesystem::path(o.config_file).parent_path();
+    for (auto [key, value] : {std::pair{"model-path", &o.model_path},
+                              std::pair{"draft-model-path", &o.draft_model_path},
+                              std::pair{"data-path", &o.data_path}, std::pair{"baseline", &o.baseline},
+                              std::pair{"history", &o.history},
+                              std::pair{"artifacts-dir", &o.artifacts_dir},
+                              std::pair{"completions", &o.completions}}) {
+      if (vm.count(key) && !on_command_line.count(key) && !value->empty() &&
+          std::filesystem::path(*value).is_relative()) {
+        *value = (base / *value).lexically_normal().string();
+      }
+    }
   }
   o.ranks_per_node = o.layout.ranks_per_node;
   if (vm.count("threads")) o.threads = vm["threads"].as<int>();
