@@ -74,6 +74,9 @@ int run_k3eval(dist::Runtime& runtime, int argc, char** argv) {
     throw InternalError("injected failure (--debug-fail-rank " +
                         std::to_string(*options.debug_fail_rank) + ")");
   }
+  if (options.debug_log_error && *options.debug_log_error == runtime.rank()) {
+    spdlog::error("injected error line (--debug-log-error {})", *options.debug_log_error);
+  }
   // Ranks without an injected failure wait here, as they would in any collective.
   dist::barrier(groups->world());
 

@@ -112,6 +112,8 @@ po::options_description describe(K3evalOptions& o) {
       ("debug-fail-rank", po::value<int>()->value_name("R"),
        "throw an error on rank R (-1: every rank) after the groups are built, to exercise the "
        "fatal-error policy")
+      ("debug-log-error", po::value<int>()->value_name("R"),
+       "log one error line on rank R and carry on, for the post-run log scan")
       ("debug-abort-after", po::value(&o.debug_abort_after)->value_name("N"),
        "abort the whole job (MPI_Abort) once rank 0 has written N questions' results, as a "
        "crash would (tests of --resume)");
@@ -217,6 +219,7 @@ K3evalOptions parse_k3eval_options(int argc, const char* const* argv) {
   o.ranks_per_node = o.layout.ranks_per_node;
   if (vm.count("threads")) o.threads = vm["threads"].as<int>();
   if (vm.count("debug-fail-rank")) o.debug_fail_rank = vm["debug-fail-rank"].as<int>();
+  if (vm.count("debug-log-error")) o.debug_log_error = vm["debug-log-error"].as<int>();
   validate(o);
   return o;
 }

@@ -115,6 +115,15 @@ case $case_name in
     expect_err "$work/bad.json"
     grep -q "shards loaded\|planned in" "$work/err" && fail "a malformed baseline was found only after loading"
     ;;
+  log_errors_2)
+    # An error logged by any rank fails the run after the fact: status error, exit 2.
+    run 2 "${common[@]}" --num-questions 2 --max-new-tokens 4 --artifacts-dir "$work/a" --debug-log-error 1
+    expect_rc 2
+    expect_out '^Log scan: 1 error\(s\) in 2 rank log\(s\)$'
+    expect_out 'rank-00001.log:[0-9]+: .*injected error line'
+    expect_out '^Status: error$'
+    [[ $(cat "$work/a/status") == error ]] || fail "status file: $(cat "$work/a/status")"
+    ;;
   bad_data_1)
     { head -n 2 "$data"; echo '{"question": "What is 1+1?"}'; } >"$work/bad.jsonl"
     run 1 --model-path "$ck" --data-path "$work/bad.jsonl" --num-questions 2 --num-shots 0
