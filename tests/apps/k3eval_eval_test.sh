@@ -103,6 +103,18 @@ case $case_name in
     run 1 "${args[@]}" --baseline "$work/pass.json" --artifacts-dir "$work/p"
     expect_rc 0
     expect_out 'PASS'
+    # Golden completions: question 0's tokens from the run above must come back exactly.
+    tokens=$(sed -nE 's/^\{"id":0,.*"token_ids":(\[[^]]*\]).*$/\1/p' "$work/p/questions.jsonl")
+    [[ -n $tokens ]] || fail "no token ids for question 0"
+    echo "{\"accuracy\": 0.0, \"tolerance\": {\"mode\": \"absolute\", \"value\": 0.0}, \"golden\": [{\"id\": 0, \"token_ids\": $tokens}]}" >"$work/golden.json"
+    run 1 "${args[@]}" --baseline "$work/golden.json" --artifacts-dir "$work/g"
+    expect_rc 0
+    expect_out 'PASS'
+    altered=$(sed -E 's/\[([0-9]+)/[\1999/' <<<"$tokens")
+    echo "{\"accuracy\": 0.0, \"tolerance\": {\"mode\": \"absolute\", \"value\": 0.0}, \"golden\": [{\"id\": 0, \"token_ids\": $altered}]}" >"$work/golden-bad.json"
+    run 1 "${args[@]}" --baseline "$work/golden-bad.json" --artifacts-dir "$work/gb"
+    expect_rc 1
+    expect_out '1 of 1 golden completions differ'
     echo '{"accuracy": 0.9, "tolerance": {"mode": "relative", "value": 0.99}}' >"$work/high.json"
     run 1 "${args[@]}" --baseline "$work/high.json" --artifacts-dir "$work/r"
     expect_rc 1
