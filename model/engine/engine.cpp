@@ -721,13 +721,17 @@ void Engine::Impl::lm_head_outputs(const Rows& hidden, std::span<const StepSeque
   const dist::Comm& comm = over_tp ? groups.tp() : groups.get(group);
   const std::size_t n = row_seq.size();
 
-  // Per row: temperature, seed, position (what sampling needs, gathered with the rows).
-  std::vector<double> keys(n * 3);
+  // Per row: temperature, seed, position, and whether its sequence wants full logits; gathered
+  // with the rows, so every rank of the LM-head group knows them without another collective.
+  constexpr std::size_t kKeys = 4;
+  std::vector<double> keys(n * kKeys);
   for (std::size_t r = 0; r < n; ++r) {
     const Sampling& s = batch[row_seq[r]].sampling;
-    keys[r * 3] = s.temperature;
-    keys[r * 3 + 1] = static_cast<double>(s.seed & ((1ull << 52) - 1));
-    keys[r * 3 + 2] = static_cast<double>(row_pos[r]);
+    keys[r * kKeys] = s.temperature;
+    keys[r * kKeys + 1] = static_cast<double>(s.seed & ((1ull << 52) - 1));
+    keys[r * kKeys + 2] = static_cast<double>(row_pos[r]);
+    keys[r * kKeys + 3] =
+        batch[row_seq[r]].output == StepSequence::Output::kAllLogits ? 1.0 : 0.0;
   }
   Gathered in;
   std::vector<double> all_keys;
@@ -749,9 +753,9 @@ void Engine::Impl::lm_head_outputs(const Rows& hidden, std::span<const StepSeque
   std::vector<float> best(in.total);
   std::vector<std::int32_t> best_id(in.total);
   for (std::size_t r = 0; r < in.total; ++r) {
-    const double temperature = all_keys[r * 3];
-    const auto seed = static_cast<std::uint64_t>(all_keys[r * 3 + 1]);
-    const auto pos = static_cast<std::uint64_t>(all_keys[r * 3 + 2]);
+    const double temperature = all_keys[r * kKeys];
+    const auto seed = static_cast<std::uint64_t>(all_keys[r * kKeys + 1]);
+    const auto pos = static_cast<std::uint64_t>(all_keys[r * kKeys + 2]);
     const float* row = &logits[r * VL];
     float top = -std::numeric_limits<float>::infinity();
     std::int32_t arg = static_cast<std::int32_t>(lm_begin);
@@ -781,10 +785,10 @@ void Engine::Impl::lm_head_outputs(const Rows& hidden, std::span<const StepSeque
   for (std::size_t r = 0; r < n; ++r) result.next[row_seq[r]] = best_id[in.mine + r];
 
   // Full logits for the debug surface: every shard's columns, reassembled.
-  bool any_all = false;
-  for (const auto& s : batch) any_all = any_all || s.output == StepSequence::Output::kAllLogits;
-  const bool gather_logits =
-      dist::allreduce(comm, static_cast<int>(any_all), dist::ReduceOp::kMax) != 0;
+  // Every member of the group holds the same keys (one batch, or the gathered rows).
+  bool gather_logits = false;
+  for (std::size_t r = 0; r < in.total; ++r)
+    gather_logits = gather_logits || all_keys[r * kKeys + 3] > 0;
   if (!gather_logits) return;
   Rows full;
   if (comm.size() > 1) {
