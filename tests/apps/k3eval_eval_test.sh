@@ -141,6 +141,17 @@ case $case_name in
     run 1 --model-path "$ck" --data-path "$work/bad.jsonl" --num-questions 2 --num-shots 0
     expect_rc 2
     expect_err "$work/bad.jsonl:3"
+    # Impossible serving configurations are refused before anything runs.
+    run 1 --model-path "$ck" --data-path "$data" --num-questions 2 --context-length 100000000
+    expect_rc 2
+    expect_err "the engine needs"
+    expect_err "lower --max-running-requests, --max-mamba-cache-size or --context-length"
+    run 1 --model-path "$ck" --data-path "$data" --num-questions 2 --max-running-requests 4 --max-mamba-cache-size 4
+    expect_rc 2
+    expect_err "1 prefix snapshot(s) and 4 running requests need 5 state slots, but --max-mamba-cache-size allows 4"
+    run 1 --model-path "$ck" --data-path "$data" --num-questions 2 --context-length 100
+    expect_rc 2
+    expect_err "exceed the context length 100 (--context-length)"
     run 1 --model-path "$ck" --data-path "$data" --num-questions 100000
     expect_rc 2
     expect_err "num_questions = 100000 exceeds the 1319 questions in $data"
