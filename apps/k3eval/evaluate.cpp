@@ -31,8 +31,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double gib(double bytes) { return bytes / double(1ull << 30); }
-
 // Bytes this host can give each of its ranks: MemAvailable shared by the ranks of the node.
 std::uint64_t available_per_rank(const dist::Groups& groups) {
   std::ifstream in("/proc/meminfo");
@@ -228,9 +226,9 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
   auto on_result = [&](const eval::QuestionResult& r) {
     if (writer) writer->write(r);
     if (o.debug_abort_after > 0 && ++written == o.debug_abort_after) {
-      runtime.fatal("injected abort after " + std::to_string(written) +
-                        " questions (--debug-abort-after)",
-                    ExitCode::kInternal);
+      runtime.fatal(
+          "injected abort after " + std::to_string(written) + " questions (--debug-abort-after)",
+          ExitCode::kInternal);
     }
   };
   const eval::EvalOutcome outcome =

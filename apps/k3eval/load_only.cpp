@@ -10,11 +10,7 @@
 
 namespace k3::apps {
 
-namespace {
-
-double gib(double bytes) { return bytes / double(1ull << 30); }
-
-}  // namespace
+namespace {}  // namespace
 
 int run_load_only(dist::Runtime& runtime, const dist::Groups& groups,
                   const K3evalOptions& options) {

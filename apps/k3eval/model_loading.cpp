@@ -15,8 +15,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double gib(double bytes) { return bytes / double(1ull << 30); }
-
 std::uint64_t rss_peak() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
@@ -102,6 +100,8 @@ void check_draft_fits(const model::Checkpoint& draft, const model::ModelConfig& 
 }
 
 }  // namespace
+
+double gib(double bytes) { return bytes / double(1ull << 30); }
 
 std::uint64_t peak_rss_bytes() { return rss_peak(); }
 

@@ -34,6 +34,9 @@ struct LoadedModel {
 LoadedModel load_model(dist::Runtime& runtime, const dist::Groups& groups,
                        const K3evalOptions& options);
 
+// Bytes in GiB, for the figures the job prints.
+double gib(double bytes);
+
 // This process's peak resident memory.
 std::uint64_t peak_rss_bytes();
 

@@ -204,12 +204,11 @@ K3evalOptions parse_k3eval_options(int argc, const char* const* argv) {
   // beside it, whatever directory the job starts in); command-line paths to the working directory.
   if (!o.config_file.empty()) {
     const std::filesystem::path base = std::filesystem::path(o.config_file).parent_path();
-    for (auto [key, value] : {std::pair{"model-path", &o.model_path},
-                              std::pair{"draft-model-path", &o.draft_model_path},
-                              std::pair{"data-path", &o.data_path}, std::pair{"baseline", &o.baseline},
-                              std::pair{"history", &o.history},
-                              std::pair{"artifacts-dir", &o.artifacts_dir},
-                              std::pair{"completions", &o.completions}}) {
+    for (auto [key, value] :
+         {std::pair{"model-path", &o.model_path},
+          std::pair{"draft-model-path", &o.draft_model_path}, std::pair{"data-path", &o.data_path},
+          std::pair{"baseline", &o.baseline}, std::pair{"history", &o.history},
+          std::pair{"artifacts-dir", &o.artifacts_dir}, std::pair{"completions", &o.completions}}) {
       if (vm.count(key) && !on_command_line.count(key) && !value->empty() &&
           std::filesystem::path(*value).is_relative()) {
         *value = (base / *value).lexically_normal().string();

@@ -32,13 +32,16 @@ const ReferenceModel& model(FormatKind kind) {
   return *slot;
 }
 
-// The first GSM8K training question, as an evaluation prompt would frame it.
-const char* kPrompt =
-    "Question: Natalia sold clips to 48 of her friends in April, and then she sold half as many "
-    "clips in May. How many clips did Natalia sell altogether in April and May?\nAnswer:";
+// The first GSM8K training question (read from ../shared, never copied), as an evaluation
+// prompt would frame it.
+std::string prompt_text() {
+  const auto strings = model::read_jsonl_corpus(test::source_dir() / ".." / "shared" / "data" /
+                                                "gsm8k" / "train.jsonl");
+  return "Question: " + strings.at(0) + "\nAnswer:";
+}
 
 std::vector<std::int32_t> prompt_tokens(FormatKind kind, std::size_t max_tokens = 32) {
-  std::vector<std::int32_t> ids = open_tokenizer(checkpoint_dir(kind)).encode(kPrompt);
+  std::vector<std::int32_t> ids = open_tokenizer(checkpoint_dir(kind)).encode(prompt_text());
   if (ids.size() > max_tokens) ids.resize(max_tokens);
   return ids;
 }
