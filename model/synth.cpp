@@ -118,7 +118,8 @@ std::int64_t numel(const std::vector<std::int64_t>& s) {
 // Collects the tensors of one checkpoint, then writes them into shards.
 class Collector {
  public:
-  Collector(const SynthOptions& o) : o_(o) {}
+  Collector(const SynthOptions& o, int experts_per_token)
+      : o_(o), experts_per_token_(experts_per_token) {}
 
   std::vector<float> values(const std::string& logical, const std::vector<std::int64_t>& shape,
                             std::size_t first = 0, std::int64_t count = -1) const {
@@ -126,7 +127,23 @@ class Collector {
     std::vector<float> v(count < 0 ? static_cast<std::size_t>(numel(shape))
                                    : static_cast<std::size_t>(count));
     synth_values(o_.seed, logical, shape.back(), v.data(), v.size(), first);
+    if (o_.router_margin > 0 && ends_with(logical, "e_score_correction_bias") && first == 0 &&
+        v.size() == static_cast<std::size_t>(numel(shape)))
+      fix_routing(logical, v);
     return v;
+  }
+
+  // SynthOptions::router_margin: a seeded partial Fisher-Yates shuffle picks the favoured experts.
+  void fix_routing(const std::string& logical, std::vector<float>& bias) const {
+    std::vector<std::size_t> order(bias.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::uint64_t state = splitmix(o_.seed ^ hash_name(logical + "/routing"));
+    const std::size_t k = std::min<std::size_t>(experts_per_token_, order.size());
+    for (std::size_t i = 0; i < k; ++i) {
+      state = splitmix(state);
+      std::swap(order[i], order[i + state % (order.size() - i)]);
+      bias[order[i]] += static_cast<float>(o_.router_margin);
+    }
   }
 
   void dense(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape,
@@ -156,6 +173,7 @@ class Collector {
   }
 
   const SynthOptions& o_;
+  int experts_per_token_;
   std::vector<Tensor> tensors;
 };
 
@@ -320,7 +338,7 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
   dist::LayoutSpec one;
   const auto specs = kimi_k3_parameters(cfg, dist::Layout::make(one));
   fs::create_directories(o.out);
-  Collector c(o);
+  Collector c(o, cfg.num_experts_per_token);
   const FormatKind kind = o.format;
   const bool gguf = kind == FormatKind::kGguf;
   const bool ms = kind == FormatKind::kModelSlim;

@@ -28,6 +28,11 @@ struct SynthOptions {
   // kda_num_heads, num_experts, routed_expert_hidden_size, moe_intermediate_size, base vocabulary
   // "vocab"): k3ckpt synth --set name=value. The result is validated like any config.json.
   std::vector<std::pair<std::string, int>> overrides;
+  // > 0: each MoE layer's e_score_correction_bias gets this added for num_experts_per_token
+  // experts chosen from the seed, so every token's top-k is fixed with that margin (scores are in
+  // (0, 1)). Routing then no longer flips under rounding, and formats or engines can be compared
+  // by their logits (random routers' near-ties make the default model chaotic).
+  double router_margin = 0.0;
 };
 
 struct SynthSummary {

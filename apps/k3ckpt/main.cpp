@@ -6,6 +6,7 @@
 #include <boost/program_options.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -73,6 +74,9 @@ int synth(const std::vector<std::string>& args) {
       "write headers; tensor bytes stay sparse holes")(
       "corpus", po::value<std::string>()->default_value(K3_DEFAULT_CORPUS),
       "JSONL corpus for the trained BPE vocabulary (every string value of every line)")(
+      "router-margin", po::value(&o.router_margin)->default_value(0.0),
+      "add this to the routing bias of num_experts_per_token seeded experts per MoE layer: fixed "
+      "routing, so formats and engines can be compared by their logits (0 = random routers)")(
       "set", po::value<std::vector<std::string>>()->composing(),
       "NAME=VALUE: change a preset's size (num_hidden_layers, hidden_size, num_experts, vocab, "
       "...)");
@@ -94,6 +98,8 @@ int synth(const std::vector<std::string>& args) {
       o.overrides.emplace_back(kv.substr(0, eq), value);
     }
   }
+  if (!(o.router_margin >= 0.0) || !std::isfinite(o.router_margin))
+    throw UsageError("--router-margin must be a finite number >= 0");
   auto kind = model::format_from_name(format);
   if (!kind) throw UsageError("--format '" + format + "' is not one of hf, modelslim, gguf, draft");
   o.format = *kind;
@@ -302,7 +308,7 @@ int tokenize(const std::vector<std::string>& args) {
 const char* kUsage =
     "usage: k3ckpt synth --out DIR [--preset tiny|full] [--format hf|modelslim|gguf|draft] [--seed "
     "N]\n"
-    "                    [--shards N] [--header-only]\n"
+    "                    [--shards N] [--header-only] [--router-margin M] [--set NAME=N]\n"
     "       k3ckpt inspect DIR [--load-format F]\n"
     "       k3ckpt tokenize DIR|FILE.gguf [--decode] [--allow-special]   (stdin -> stdout)\n"
     "       k3ckpt plan DIR [--tp N --dp N --ep N --enable-dp-attention ...] [--world N] [--rank "
