@@ -380,14 +380,15 @@ void Engine::Impl::mla(const Layer& L, const Rows& x, std::span<const StepSequen
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(N + R)));
 
   Rows qa(T * QL), q(T * mla_heads * QH), kv(T * C), gate(T * mla_heads * Vd);
-  w.q_a.apply(x, T, qa);
+  SharedInput in(x, T);
+  in.apply(w.q_a, qa);
   rms_norm(qa.data(), T, QL, w.q_a_norm, kLowRankEps, qa.data());
   w.q_b.apply(qa, T, q);
-  w.kv_a.apply(x, T, kv);
+  in.apply(w.kv_a, kv);
   // The latent is normed, k_rot is neither normed nor rotated; both go to the cache.
   for (std::size_t t = 0; t < T; ++t)
     rms_norm(&kv[t * C], 1, KL, w.kv_a_norm, kLowRankEps, &kv[t * C]);
-  w.g.apply(x, T, gate);
+  in.apply(w.g, gate);
   for (std::size_t i = 0; i < batch.size(); ++i) {
     auto& cache =
         slots[static_cast<std::size_t>(batch[i].slot)].mla[static_cast<std::size_t>(w.cache_index)];
@@ -477,13 +478,14 @@ void Engine::Impl::kda(const Layer& L, const Rows& x, std::span<const StepSequen
   const std::size_t T = br.total;
   const std::size_t past = kernel - 1;
   Rows q(T * P), k(T * P), v(T * P), fa(T * D), z(T * P), b(T * kda_heads), gate(T * P);
-  w.q.apply(x, T, q);
-  w.k.apply(x, T, k);
-  w.v.apply(x, T, v);
-  w.f_a.apply(x, T, fa);
+  SharedInput in(x, T);
+  in.apply(w.q, q);
+  in.apply(w.k, k);
+  in.apply(w.v, v);
+  in.apply(w.f_a, fa);
   w.f_b.apply(fa, T, z);
-  w.b.apply(x, T, b);
-  w.g.apply(x, T, gate);
+  in.apply(w.b, b);
+  in.apply(w.g, gate);
   const float lower = static_cast<float>(c.kda_gate_lower_bound);
   const float q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
 
@@ -565,8 +567,9 @@ void Engine::Impl::mlp_over(const Mlp& w, dist::GroupKind group, const Rows& x, 
   }
   const std::size_t I = w.gate.rows();
   Rows g(in.total * I), u(in.total * I), y(in.total * H, 0.0f);
-  w.gate.apply(in.rows, in.total, g);
-  w.up.apply(in.rows, in.total, u);
+  SharedInput shared(in.rows, in.total);
+  shared.apply(w.gate, g);
+  shared.apply(w.up, u);
   situ_rows(g, u, static_cast<float>(c.situ_beta), static_cast<float>(c.situ_linear_beta));
   w.down.apply(g, in.total, y);
   const dist::Comm& comm = over_tp ? groups.tp() : groups.get(group);
@@ -591,8 +594,9 @@ void Engine::Impl::moe(const Moe& w, const Rows& x, std::size_t n, Rows& out) {
   Rows xs(ns * H);
   for (std::size_t i = 0; i < ns; ++i) std::copy_n(&x[share[i] * H], H, &xs[i * H]);
   Rows logits(ns * E), z(ns * LT);
-  w.router.apply(xs, ns, logits);
-  w.down_proj.apply(xs, ns, z);
+  SharedInput shared(xs, ns);
+  shared.apply(w.router, logits);
+  shared.apply(w.down_proj, z);
   std::vector<Route> routes(ns * ku);
   for (std::size_t i = 0; i < ns; ++i) {
     route_top_k(std::span<const float>(logits).subspan(i * E, E), w.bias, k,
@@ -667,8 +671,9 @@ void Engine::Impl::moe(const Moe& w, const Rows& x, std::size_t n, Rows& out) {
     g.resize(m * I);
     u.resize(m * I);
     d.resize(m * LT);
-    w.w1[e].apply(zin, m, g);
-    w.w3[e].apply(zin, m, u);
+    SharedInput expert_in(zin, m);
+    expert_in.apply(w.w1[e], g);
+    expert_in.apply(w.w3[e], u);
     situ_rows(g, u, static_cast<float>(c.situ_beta), static_cast<float>(c.situ_linear_beta));
     w.w2[e].apply(g, m, d);
     for (std::size_t i = 0; i < m; ++i) {

@@ -52,6 +52,19 @@ void Linear::apply(const quant::Activations& x, std::span<float> y) const {
   quant::gemm(view_, x, y.first(x.rows() * view_.rows));
 }
 
+void SharedInput::apply(const Linear& w, std::span<float> y) {
+  if (n_ == 0) return;
+  const quant::ActFormat format = w.act_format();
+  for (const quant::Activations& a : prepared_) {
+    if (a.format() == format && a.cols() == w.cols()) {
+      w.apply(a, y);
+      return;
+    }
+  }
+  prepared_.push_back(quant::Activations::prepare(format, x_.first(n_ * w.cols()), n_, w.cols()));
+  w.apply(prepared_.back(), y);
+}
+
 Linear Linear::rows_slice(std::size_t first, std::size_t count) const {
   Linear out;
   out.view_ = quant::row_slice(view_, first, count);

@@ -41,4 +41,19 @@ class Linear {
   std::shared_ptr<const std::vector<float>> owned_;
 };
 
+// One batch of input rows [n, cols] that several projections read (q/k/v of one hidden state,
+// gate and up of an MLP): its activations are prepared (quantized) once per activation format,
+// on first use, instead of once per projection. Holds a view of `x`: keep it alive.
+class SharedInput {
+ public:
+  SharedInput(std::span<const float> x, std::size_t n) : x_(x), n_(n) {}
+  // y [n, w.rows()] = x W^T, as w.apply(x, n, y) would compute it, bit for bit.
+  void apply(const Linear& w, std::span<float> y);
+
+ private:
+  std::span<const float> x_;
+  std::size_t n_;
+  std::vector<quant::Activations> prepared_;  // at most one per (format, width)
+};
+
 }  // namespace k3::model::engine
