@@ -457,12 +457,13 @@ void Engine::Impl::mla(const Layer& L, const Rows& x, std::span<const StepSequen
   }
   // o_h = V_h o_lat, gated by sigmoid(g_proj x).
   Rows o(T * mla_heads * Vd), v(T * Vd);
+  sigmoid_rows(gate);
   for (std::size_t h = 0; h < mla_heads; ++h) {
     w.v_up[h].apply(std::span<const float>(o_lat).subspan(h * T * KL, T * KL), T, v);
     for (std::size_t t = 0; t < T; ++t)
       for (std::size_t d = 0; d < Vd; ++d) {
         const std::size_t at = (t * mla_heads + h) * Vd + d;
-        o[at] = v[t * Vd + d] * sigmoid(gate[at]);
+        o[at] = v[t * Vd + d] * gate[at];
       }
   }
   out.assign(T * H, 0.0f);
@@ -489,6 +490,16 @@ void Engine::Impl::kda(const Layer& L, const Rows& x, std::span<const StepSequen
   const float lower = static_cast<float>(c.kda_gate_lower_bound);
   const float q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
 
+  // The gates of every token at once: decay sigmoid(A (f_b f_a x + dt_bias)) (scaled by the
+  // lower bound below), beta = sigmoid(b x), the output gate sigmoid(g x).
+  Rows decay_gate(T * P);
+  for (std::size_t t = 0; t < T; ++t)
+    for (std::size_t ch = 0; ch < P; ++ch)
+      decay_gate[t * P + ch] = w.decay[ch / D] * (z[t * P + ch] + w.dt_bias[ch]);
+  sigmoid_rows(decay_gate);
+  sigmoid_rows(b);
+  sigmoid_rows(gate);
+
   Rows o(T * P);
   for (std::size_t i = 0; i < batch.size(); ++i) {
     Slot& s = slots[static_cast<std::size_t>(batch[i].slot)];
@@ -508,8 +519,9 @@ void Engine::Impl::kda(const Layer& L, const Rows& x, std::span<const StepSequen
           for (std::size_t j = 0; j < past; ++j) acc += tw[j] * hist[j];
           for (std::size_t j = 0; j + 1 < past; ++j) hist[j] = hist[j + 1];
           if (past > 0) hist[past - 1] = row[ch];
-          row[ch] = silu(acc);
+          row[ch] = acc;
         }
+        silu_rows(std::span<float>(row, P));
       }
     }
     // 2-5 per head: l2 norms, the decay gate, beta, then the delta rule over the chunk.
@@ -528,9 +540,9 @@ void Engine::Impl::kda(const Layer& L, const Rows& x, std::span<const StepSequen
         for (std::size_t d = 0; d < D; ++d) {
           qh[d] *= q_scale;
           const std::size_t ch = h * D + d;
-          head.g[j * D + d] = lower * sigmoid(w.decay[h] * (z[t * P + ch] + w.dt_bias[ch]));
+          head.g[j * D + d] = lower * decay_gate[t * P + ch];
         }
-        head.beta[j] = sigmoid(b[t * kda_heads + h]);
+        head.beta[j] = b[t * kda_heads + h];
       }
       float* S = &s.kda[static_cast<std::size_t>(w.state_index)][h * D * D];
       if (n > 1 && opt.kda_chunk > 0) {
@@ -543,7 +555,7 @@ void Engine::Impl::kda(const Layer& L, const Rows& x, std::span<const StepSequen
         const std::size_t t = off + j;
         float* dst = &o[t * P + h * D];
         rms_norm(&head.o[j * D], 1, D, w.o_norm, c.rms_norm_eps, dst);
-        for (std::size_t d = 0; d < D; ++d) dst[d] *= sigmoid(gate[t * P + h * D + d]);
+        for (std::size_t d = 0; d < D; ++d) dst[d] *= gate[t * P + h * D + d];
       }
     }
   }

@@ -2,8 +2,30 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string>
+
+#include "model/engine/ops_kernels.h"
+#include "quant/error.h"
 
 namespace k3::model::engine {
+namespace {
+
+const detail::MathKernels& math(quant::Isa isa) {
+  if (static_cast<int>(isa) > static_cast<int>(quant::detected_isa())) {
+    throw UsageError("engine ops: asked for " + std::string(quant::name(isa)) +
+                     " but this CPU supports at most " +
+                     std::string(quant::name(quant::detected_isa())));
+  }
+  const detail::MathKernels& avx2 = detail::avx2_math();
+  return isa >= quant::Isa::kAvx2 && avx2.situ != nullptr ? avx2 : detail::scalar_math();
+}
+
+}  // namespace
+
+float situ(float gate, float up, float beta, float beta_lin) {
+  detail::scalar_math().situ(&gate, &up, 1, detail::situ_params(beta, beta_lin));
+  return gate;
+}
 
 void rms_norm(const float* x, std::size_t rows, std::size_t dim, std::span<const float> weight,
               double eps, float* out) {
@@ -24,9 +46,24 @@ void l2_norm(float* x, std::size_t dim, double eps) {
   for (std::size_t i = 0; i < dim; ++i) x[i] *= inv;
 }
 
-void situ_rows(std::span<float> gate, std::span<const float> up, float beta, float beta_lin) {
-  for (std::size_t i = 0; i < gate.size(); ++i) gate[i] = situ(gate[i], up[i], beta, beta_lin);
+void situ_rows(std::span<float> gate, std::span<const float> up, float beta, float beta_lin,
+               quant::Isa isa) {
+  if (up.size() < gate.size()) {
+    throw InternalError("situ_rows: " + std::to_string(gate.size()) + " gate values but " +
+                        std::to_string(up.size()) + " up values");
+  }
+  math(isa).situ(gate.data(), up.data(), gate.size(), detail::situ_params(beta, beta_lin));
 }
+void situ_rows(std::span<float> gate, std::span<const float> up, float beta, float beta_lin) {
+  situ_rows(gate, up, beta, beta_lin, quant::active_isa());
+}
+
+void sigmoid_rows(std::span<float> x, quant::Isa isa) { math(isa).sigmoid(x.data(), x.size()); }
+void silu_rows(std::span<float> x, quant::Isa isa) { math(isa).silu(x.data(), x.size()); }
+void tanh_rows(std::span<float> x, quant::Isa isa) { math(isa).tanh(x.data(), x.size()); }
+void sigmoid_rows(std::span<float> x) { sigmoid_rows(x, quant::active_isa()); }
+void silu_rows(std::span<float> x) { silu_rows(x, quant::active_isa()); }
+void tanh_rows(std::span<float> x) { tanh_rows(x, quant::active_isa()); }
 
 void attn_res_mix(std::span<const float* const> sources, std::size_t dim,
                   std::span<const float> score, double eps, float* out) {
@@ -55,9 +92,9 @@ void attn_res_mix(std::span<const float* const> sources, std::size_t dim,
 void route_top_k(std::span<const float> logits, std::span<const float> bias, int k, float scaling,
                  std::span<Route> out) {
   const std::size_t n = logits.size();
-  std::vector<float> s(n), biased(n);
+  std::vector<float> s(logits.begin(), logits.end()), biased(n);
+  sigmoid_rows(s);
   for (std::size_t e = 0; e < n; ++e) {
-    s[e] = sigmoid(logits[e]);
     biased[e] = s[e] + bias[e];  // noaux_tc: the bias only selects
   }
   std::vector<std::int32_t> order(n);

@@ -9,15 +9,19 @@
 #include <span>
 #include <vector>
 
+#include "quant/isa.h"
+
 namespace k3::model::engine {
 
+// Single values in float through libm. The *_rows functions below are the vectorized (and more
+// accurate) form: they may differ from these in the last bit.
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 inline float silu(float x) { return x * sigmoid(x); }
 
-// SiTU-GLU (section 2.2): beta tanh(g/beta) sigmoid(g) * beta_lin tanh(u/beta_lin).
-inline float situ(float gate, float up, float beta, float beta_lin) {
-  return beta * std::tanh(gate / beta) * sigmoid(gate) * (beta_lin * std::tanh(up / beta_lin));
-}
+// SiTU-GLU (section 2.2): beta tanh(g/beta) sigmoid(g) * beta_lin tanh(u/beta_lin), the same bits
+// as situ_rows. No special case for beta_lin: a negative one acts as |beta_lin| (tanh is odd) and
+// 0 gives 0 (NaN for u = 0), as the formula says.
+float situ(float gate, float up, float beta, float beta_lin);
 
 // out[r] = weight * x[r] * rsqrt(mean(x[r]^2) + eps) for `rows` rows of `dim`; out may alias x.
 // The mean is accumulated in double so the norm does not depend on the row's magnitude.
@@ -26,8 +30,27 @@ void rms_norm(const float* x, std::size_t rows, std::size_t dim, std::span<const
 // x * rsqrt(sum(x^2) + eps), in place, one vector.
 void l2_norm(float* x, std::size_t dim, double eps);
 
-// y[i] = situ(gate[i], up[i]) for an [n, width] pair of projections, into `gate`.
+// Element-wise over whole arrays, vectorized. Computed in double from one expm1 polynomial
+// (error a few 1e-11), so each float result is the exact value correctly rounded unless that lies
+// within the error of a halfway point: within 6e-8 relative (half an ulp), or half a denormal's
+// spacing below FLT_MIN. No NaN from finite inputs, and inf only where the exact SiTU overflows
+// float (betas near FLT_MAX). One element gives the same bits wherever it sits in the array,
+// whatever the array's length and whichever ISA runs it (AVX2 or the portable code), so batch
+// composition cannot change tokens.
+//
+// gate[i] = situ(gate[i], up[i]) for an [n, width] pair of projections; up.size() >= gate.size().
 void situ_rows(std::span<float> gate, std::span<const float> up, float beta, float beta_lin);
+// In place: x = sigmoid(x), x = silu(x) = x sigmoid(x), x = tanh(x).
+void sigmoid_rows(std::span<float> x);
+void silu_rows(std::span<float> x);
+void tanh_rows(std::span<float> x);
+// The same on an explicit ISA (quant::active_isa() above; the results are identical): tests
+// compare the paths. UsageError if this CPU lacks `isa`.
+void situ_rows(std::span<float> gate, std::span<const float> up, float beta, float beta_lin,
+               quant::Isa isa);
+void sigmoid_rows(std::span<float> x, quant::Isa isa);
+void silu_rows(std::span<float> x, quant::Isa isa);
+void tanh_rows(std::span<float> x, quant::Isa isa);
 
 // AttnRes (section 2.0): logits s_i = rms-normalised source i dotted with `score`, softmax over
 // the sources, result = sum_i alpha_i source_i over the RAW sources. `sources` holds one pointer
