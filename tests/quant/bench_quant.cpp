@@ -7,6 +7,15 @@
 // cache resident). Single thread unless K3_BENCH_THREADS says otherwise. The ISA is the
 // detected one unless K3_QUANT_ISA lowers it. "_R4" formats are the same weights repacked
 // row-interleaved by quant::repack (4 rows), read through the same rotation.
+//
+// gemm_f32/...: quant::gemm_f32_nn on the MLA weighted-sum shape (64 tokens x 16 heads = 1024
+// probability rows, 2048 cached positions, the 256-float latent of cache rows of 272 floats),
+// in GFLOP/s of useful work (2 n sum_i k_i), next to the engine's naive loop compiled with the
+// project's flags (`naive`). Depths: `full` (every row sees all 2048 positions), `causal` (the
+// 64 tokens are the last of the 2048: token t sees 1985 + t) and `triangular` (row i sees
+// (i + 1) * 2048 / 1024, half the work). `causal_per_head` is the causal product as 16 calls of
+// 64 rows, one per head, with A rows interleaved by head (lda = 16 * 2048) as the engine stores
+// its scores.
 #include <benchmark/benchmark.h>
 #include <tbb/global_control.h>
 
@@ -20,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "quant/gemm_f32.h"
 #include "quant/isa.h"
 #include "quant/kernels.h"
 #include "quant/quantize.h"
@@ -241,6 +251,72 @@ void bench_read(benchmark::State& state, Format f, Shape s) {
                          benchmark::Counter::kIsRate);
 }
 
+// ------------------------------------------------------------------ gemm_f32_nn (MLA)
+
+enum class Depth { kFull, kCausal, kTriangular };
+
+struct MlaShape {
+  std::size_t tokens = 64, heads = 16, k = 2048, n = 256, ldb = 272;
+  std::size_t m() const { return tokens * heads; }
+};
+
+std::vector<std::size_t> depths(const MlaShape& s, Depth d) {
+  std::vector<std::size_t> kr(s.m(), s.k);
+  for (std::size_t i = 0; i < s.m(); ++i) {
+    if (d == Depth::kCausal) kr[i] = s.k - s.tokens + i / s.heads + 1;  // rows (token, head)
+    if (d == Depth::kTriangular) kr[i] = (i + 1) * s.k / s.m();
+  }
+  return kr;
+}
+
+// The loop in model/engine/engine.cpp (Engine::Impl::mla), as it compiles there.
+void naive_weighted_sum(std::size_t m, std::size_t n, const std::size_t* kr, const float* a,
+                        std::size_t lda, const float* b, std::size_t ldb, float* c,
+                        std::size_t ldc) {
+  for (std::size_t r = 0; r < m; ++r) {
+    float* ol = c + r * ldc;
+    for (std::size_t p = 0; p < kr[r]; ++p) {
+      const float alpha = a[r * lda + p];
+      const float* row = b + p * ldb;
+      for (std::size_t d = 0; d < n; ++d) ol[d] += alpha * row[d];
+    }
+  }
+}
+
+void bench_gemm_f32(benchmark::State& state, Depth depth, bool per_head, bool naive) {
+  const MlaShape s;
+  const std::size_t m = s.m(), lda = s.k, ldc = s.n;
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<float> prob(0.0f, 2.0f / static_cast<float>(s.k));
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> a(m * lda), b(s.k * s.ldb), c(m * ldc, 0.0f);
+  for (auto& x : a) x = prob(rng);
+  for (auto& x : b) x = g(rng);
+  const std::vector<std::size_t> kr = depths(s, depth);
+  double fma_count = 0;
+  for (std::size_t x : kr) fma_count += static_cast<double>(x * s.n);
+  for (auto _ : state) {
+    if (naive) {
+      naive_weighted_sum(m, s.n, kr.data(), a.data(), lda, b.data(), s.ldb, c.data(), ldc);
+    } else if (per_head) {  // row (token t, head h) of A is row t * heads + h
+      std::vector<std::size_t> kh(s.tokens);
+      for (std::size_t h = 0; h < s.heads; ++h) {
+        for (std::size_t t = 0; t < s.tokens; ++t) kh[t] = kr[t * s.heads + h];
+        k3::quant::gemm_f32_nn(s.tokens, s.n, s.k, a.data() + h * lda, s.heads * lda, b.data(),
+                               s.ldb, c.data() + h * s.tokens * ldc, ldc, kh);
+      }
+    } else {
+      k3::quant::gemm_f32_nn(m, s.n, s.k, a.data(), lda, b.data(), s.ldb, c.data(), ldc,
+                             depth == Depth::kFull ? std::span<const std::size_t>() : kr);
+    }
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP"] = benchmark::Counter(
+      2e-9 * fma_count * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.SetLabel(naive ? "naive" : std::string(k3::quant::name(k3::quant::active_isa())));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -278,6 +354,27 @@ int main(int argc, char** argv) {
             ->Unit(benchmark::kMillisecond)
             ->MinTime(0.5);
       }
+    }
+  }
+  struct GemmCase {
+    Depth depth;
+    bool per_head;
+    const char* label;
+  };
+  for (const GemmCase& g :
+       {GemmCase{Depth::kFull, false, "full"}, GemmCase{Depth::kCausal, false, "causal"},
+        GemmCase{Depth::kCausal, true, "causal_per_head"},
+        GemmCase{Depth::kTriangular, false, "triangular"}}) {
+    for (bool naive : {false, true}) {
+      if (naive && g.per_head) continue;  // the same loop as `causal`
+      const std::string bname = std::string("gemm_f32/mla_1024x256x2048_ldb272/") + g.label +
+                                (naive ? "/naive" : "/gemm_f32_nn");
+      auto* b =
+          benchmark::RegisterBenchmark(bname.c_str(), bench_gemm_f32, g.depth, g.per_head, naive)
+              ->Unit(benchmark::kMillisecond)
+              ->MinTime(0.5);
+      // CPU time of this thread (as the other rows) unless oneTBB may use more threads.
+      if (threads > 1) b->UseRealTime();
     }
   }
   benchmark::Initialize(&argc, argv);
