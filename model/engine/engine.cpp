@@ -13,6 +13,7 @@
 #include "model/engine/ops.h"
 #include "model/engine/sampling.h"
 #include "quant/error.h"
+#include "quant/gemm_f32.h"
 #include "quant/reference.h"
 
 namespace k3::model::engine {
@@ -408,6 +409,7 @@ void Engine::Impl::mla(const Layer& L, const Rows& x, std::span<const StepSequen
   // matrix; causality masks the positions after each token.
   constexpr std::size_t kQueryBlock = 64;
   Rows o_lat(mla_heads * T * KL, 0.0f), qfull, scores;
+  std::vector<std::size_t> seen;  // per query row of a block: the positions it attends to
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const auto& cache =
         slots[static_cast<std::size_t>(batch[i].slot)].mla[static_cast<std::size_t>(w.cache_index)];
@@ -436,22 +438,26 @@ void Engine::Impl::mla(const Layer& L, const Rows& x, std::span<const StepSequen
       }
       scores.resize(rows * visible);
       Linear(keys, false).apply(qfull, rows, scores);
+      // Softmax of each row over its visible positions, in place: the attention weights.
+      seen.resize(nq);
       for (std::size_t j = 0; j < nq; ++j) {
-        const std::size_t t = br.offset[i] + j0 + j;
         const std::size_t n = first + j0 + j + 1;  // causal: positions 0..first+j0+j
+        seen[j] = n;
         for (std::size_t h = 0; h < mla_heads; ++h) {
           float* sc = &scores[(j * mla_heads + h) * visible];
           const float top = *std::max_element(sc, sc + n);
           double sum = 0;
           for (std::size_t p = 0; p < n; ++p) sum += (sc[p] = std::exp(sc[p] - top));
           const float inv = static_cast<float>(1.0 / sum);
-          float* ol = &o_lat[(h * T + t) * KL];
-          for (std::size_t p = 0; p < n; ++p) {
-            const float alpha = sc[p] * inv;
-            const float* row = &cache[p * C];
-            for (std::size_t d = 0; d < KL; ++d) ol[d] += alpha * row[d];
-          }
+          for (std::size_t p = 0; p < n; ++p) sc[p] *= inv;
         }
+      }
+      // Per head, the weighted sum of the cached latents is one F32 product: the block's rows
+      // of weights [nq, visible] (stride: all heads) times the cache [visible, KL] (stride C,
+      // the k_rot columns skipped), each row over its own causal length.
+      for (std::size_t h = 0; h < mla_heads; ++h) {
+        quant::gemm_f32_nn(nq, KL, visible, &scores[h * visible], mla_heads * visible,
+                           cache.data(), C, &o_lat[(h * T + br.offset[i] + j0) * KL], KL, seen);
       }
     }
   }
@@ -606,9 +612,9 @@ void Engine::Impl::moe(const Moe& w, const Rows& x, std::size_t n, Rows& out) {
   Rows xs(ns * H);
   for (std::size_t i = 0; i < ns; ++i) std::copy_n(&x[share[i] * H], H, &xs[i * H]);
   Rows logits(ns * E), z(ns * LT);
-  SharedInput shared(xs, ns);
-  shared.apply(w.router, logits);
-  shared.apply(w.down_proj, z);
+  SharedInput share_in(xs, ns);
+  share_in.apply(w.router, logits);
+  share_in.apply(w.down_proj, z);
   std::vector<Route> routes(ns * ku);
   for (std::size_t i = 0; i < ns; ++i) {
     route_top_k(std::span<const float>(logits).subspan(i * E, E), w.bias, k,
