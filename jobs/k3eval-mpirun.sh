@@ -23,6 +23,8 @@
 # a Slurm job. Exit code: k3eval's (0 ok, 1 regression verdict, 2 usage or input error, 3 internal).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=jobs/lib/record.sh
+source "$root/jobs/lib/record.sh"
 
 usage() { sed -n '5,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 np=64
@@ -68,35 +70,19 @@ fi
 # One directory per run: UTC time to the second plus this shell's pid, so that runs started in
 # the same second do not collide.
 run_id=$(date -u +%Y%m%dT%H%M%SZ)-$$
-artifacts=${K3_ARTIFACTS_DIR:-${K3_ARTIFACTS_ROOT:-$PWD/artifacts}/$run_id}
-mkdir -p "$artifacts"
-artifacts=$(cd "$artifacts" && pwd)
-cp "$config" "$artifacts/config.ini"
+artifacts=$(k3_artifacts_dir "${K3_ARTIFACTS_DIR:-${K3_ARTIFACTS_ROOT:-$PWD/artifacts}/$run_id}" "$config")
 
 args=(--config "$config" --artifacts-dir "$artifacts")
 [[ -n ${K3_MODEL_PATH:-} ]] && args+=(--model-path "$K3_MODEL_PATH")
 args+=("$@")
 # --map-by slot keeps the ranks of one host a contiguous block, as the layout assumes.
 cmd=(mpirun -np "$np" --map-by slot "${mpirun_args[@]}" "$k3eval" "${args[@]}")
-{
-  echo "run_id: $run_id"
-  echo "host: $(hostname)"
-  echo "tasks: $np"
-  echo "config: $config"
-  echo "k3eval: $k3eval ($("$k3eval" --version 2>/dev/null || echo 'version unknown'))"
-  echo "revision: $(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)"
-  echo "command: ${cmd[*]}"
-  echo "start: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-} >"$artifacts/job.txt"
 echo "k3eval run $run_id: $np ranks, config $config, artifacts $artifacts" >&2
-
-set +e
-"${cmd[@]}" | tee "$artifacts/stdout.log"
-rc=${PIPESTATUS[0]}
-set -e
-{
-  echo "end: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "exit_code: $rc"
-} >>"$artifacts/job.txt"
+header="run_id: $run_id
+host: $(hostname)
+tasks: $np
+config: $config"
+rc=0
+k3_run_recorded "$artifacts" "$root" "$k3eval" "$header" "${cmd[@]}" || rc=$?
 echo "k3eval run $run_id: exit code $rc" >&2
 exit "$rc"

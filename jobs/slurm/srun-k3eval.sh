@@ -27,11 +27,11 @@ k3eval=${K3EVAL:-$K3_ROOT/build/bin/k3eval}
 [[ -f $config ]] || { echo "srun-k3eval.sh: no config file '$config'" >&2; exit 2; }
 [[ -x $k3eval ]] || { echo "srun-k3eval.sh: no k3eval binary at '$k3eval' (run jobs/build.sh)" >&2; exit 2; }
 config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config")
+# shellcheck source=jobs/lib/record.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/record.sh"
 
-artifacts=${K3_ARTIFACTS_DIR:-${K3_ARTIFACTS_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}/artifacts}/$SLURM_JOB_ID}
-mkdir -p "$artifacts"
-artifacts=$(cd "$artifacts" && pwd)
-cp "$config" "$artifacts/config.ini"
+artifacts=$(k3_artifacts_dir \
+  "${K3_ARTIFACTS_DIR:-${K3_ARTIFACTS_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}/artifacts}/$SLURM_JOB_ID}" "$config")
 
 args=(--config "$config" --artifacts-dir "$artifacts")
 [[ -n ${K3_MODEL_PATH:-} ]] && args+=(--model-path "$K3_MODEL_PATH")
@@ -47,26 +47,13 @@ export OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}
 # Ranks of one node must be one contiguous block (--distribution=block), as the layout assumes;
 # one failing rank ends the step (--kill-on-bad-exit) instead of leaving the others waiting.
 cmd=(srun --mpi=pmix --distribution=block --kill-on-bad-exit=1 "${srun_args[@]}" "$k3eval" "${args[@]}")
-{
-  echo "job_id: $SLURM_JOB_ID"
-  echo "job_name: ${SLURM_JOB_NAME:-}"
-  echo "nodes: ${SLURM_JOB_NUM_NODES:-?} (${SLURM_JOB_NODELIST:-?})"
-  echo "tasks: ${SLURM_NTASKS:-?}"
-  echo "config: $config"
-  echo "k3eval: $k3eval ($("$k3eval" --version 2>/dev/null || echo 'version unknown'))"
-  echo "revision: $(git -C "$K3_ROOT" rev-parse HEAD 2>/dev/null || echo unknown)"
-  echo "command: ${cmd[*]}"
-  echo "start: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-} >"$artifacts/job.txt"
 echo "k3eval job $SLURM_JOB_ID: ${SLURM_NTASKS:-?} tasks on ${SLURM_JOB_NODELIST:-?}, config $config, artifacts $artifacts" >&2
-
-set +e
-"${cmd[@]}" | tee "$artifacts/stdout.log"
-rc=${PIPESTATUS[0]}
-set -e
-{
-  echo "end: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "exit_code: $rc"
-} >>"$artifacts/job.txt"
+header="job_id: $SLURM_JOB_ID
+job_name: ${SLURM_JOB_NAME:-}
+nodes: ${SLURM_JOB_NUM_NODES:-?} (${SLURM_JOB_NODELIST:-?})
+tasks: ${SLURM_NTASKS:-?}
+config: $config"
+rc=0
+k3_run_recorded "$artifacts" "$K3_ROOT" "$k3eval" "$header" "${cmd[@]}" || rc=$?
 echo "k3eval job $SLURM_JOB_ID: exit code $rc" >&2
 exit "$rc"
