@@ -165,6 +165,35 @@ case $case_name in
     [[ $rc -eq 2 ]] || fail "a bad id must exit 2, got $rc"
     grep -qF "stdin line 1: 'x' is not a token id below 4352" "$work/err" || fail "bad id message: $(cat "$work/err")"
     ;;
+  k3ckpt_router_margin)
+    # Fixed routing: the favoured experts' routing bias is raised by the margin in every format.
+    "$k3ckpt" synth --format hf --out "$work/plain" >/dev/null || fail "synth failed"
+    "$k3ckpt" synth --format hf --router-margin 4 --out "$work/routed" >/dev/null || fail "synth --router-margin failed"
+    python3 - "$work" <<'PY' || fail "router margin not as documented"
+import json, struct, sys, pathlib
+def biases(d):
+    d = pathlib.Path(d)
+    raw = (d / json.loads((d / "model.safetensors.index.json").read_text())["weight_map"][
+        "language_model.model.layers.1.block_sparse_moe.gate.e_score_correction_bias"]).read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    info = json.loads(raw[8:8 + n])["language_model.model.layers.1.block_sparse_moe.gate.e_score_correction_bias"]
+    a, b = info["data_offsets"]
+    data = raw[8 + n + a:8 + n + b]
+    return struct.unpack("<%df" % (len(data) // 4), data)
+plain, routed = biases(sys.argv[1] + "/plain"), biases(sys.argv[1] + "/routed")
+raised = [e for e, (p, r) in enumerate(zip(plain, routed)) if r != p]
+config = json.loads((pathlib.Path(sys.argv[1]) / "routed/config.json").read_text())
+k = config.get("text_config", config)["num_experts_per_token"]
+assert len(raised) == k, (raised, k)
+assert all(abs(routed[e] - plain[e] - 4) < 1e-6 for e in raised)
+PY
+    for bad in -1 nan inf; do
+      "$k3ckpt" synth --format hf --router-margin "$bad" --out "$work/bad" >/dev/null 2>"$work/err"
+      rc=$?
+      [[ $rc -eq 2 ]] || fail "--router-margin $bad must exit 2, got $rc"
+      grep -qF -- "--router-margin must be a finite number >= 0" "$work/err" || fail "message: $(cat "$work/err")"
+    done
+    ;;
   load_only_rejects_before_reading_8)
     "$k3ckpt" synth --format modelslim --out "$work/ms" >/dev/null || fail "synth failed"
     # Drop kv_b_proj from the description and the header's view: rename the tensor in place.
