@@ -6,6 +6,7 @@
 #include <string>
 
 #include <mpi.h>
+#include <oneapi/tbb/parallel_for.h>
 
 #include "dist/collectives.h"
 #include "model/engine/kda.h"
@@ -398,12 +399,13 @@ void Engine::Impl::mla(const Layer& L, const Rows& x, std::span<const StepSequen
   }
 
   // Per head: q_lat = K_h^T q_nope for every token of the step (one product per head).
-  Rows q_lat(mla_heads * T * KL), q_nope(T * N);
-  for (std::size_t h = 0; h < mla_heads; ++h) {
+  Rows q_lat(mla_heads * T * KL);
+  oneapi::tbb::parallel_for(std::size_t{0}, mla_heads, [&](std::size_t h) {
+    Rows q_nope(T * N);
     for (std::size_t t = 0; t < T; ++t)
       std::copy_n(&q[(t * mla_heads + h) * QH], N, &q_nope[t * N]);
     w.k_absorb[h].apply(q_nope, T, std::span<float>(q_lat).subspan(h * T * KL, T * KL));
-  }
+  });
   // Attention per sequence over its cache, in blocks of query tokens: the scores of every
   // (token, head) row against every cached position are one F32 product with the cache as the
   // matrix; causality masks the positions after each token.
@@ -462,16 +464,17 @@ void Engine::Impl::mla(const Layer& L, const Rows& x, std::span<const StepSequen
     }
   }
   // o_h = V_h o_lat, gated by sigmoid(g_proj x).
-  Rows o(T * mla_heads * Vd), v(T * Vd);
+  Rows o(T * mla_heads * Vd);
   sigmoid_rows(gate);
-  for (std::size_t h = 0; h < mla_heads; ++h) {
+  oneapi::tbb::parallel_for(std::size_t{0}, mla_heads, [&](std::size_t h) {
+    Rows v(T * Vd);
     w.v_up[h].apply(std::span<const float>(o_lat).subspan(h * T * KL, T * KL), T, v);
     for (std::size_t t = 0; t < T; ++t)
       for (std::size_t d = 0; d < Vd; ++d) {
         const std::size_t at = (t * mla_heads + h) * Vd + d;
         o[at] = v[t * Vd + d] * gate[at];
       }
-  }
+  });
   out.assign(T * H, 0.0f);
   w.o.apply(o, T, out);
   if (layout.attn_tp() > 1)
@@ -530,41 +533,47 @@ void Engine::Impl::kda(const Layer& L, const Rows& x, std::span<const StepSequen
         silu_rows(std::span<float>(row, P));
       }
     }
-    // 2-5 per head: l2 norms, the decay gate, beta, then the delta rule over the chunk.
+  }
+  // 2-6 per (sequence, head), in parallel: l2 norms, the decay gate, beta, the delta rule over
+  // the sequence's tokens, the per-head RMSNorm and the output gate. Each pair owns its state
+  // and its output columns, so the order does not matter.
+  const std::size_t pairs = batch.size() * kda_heads;
+  oneapi::tbb::parallel_for(std::size_t{0}, pairs, [&](std::size_t pair) {
+    const std::size_t i = pair / kda_heads, h = pair % kda_heads;
+    Slot& s = slots[static_cast<std::size_t>(batch[i].slot)];
+    const std::size_t n = br.count[i], off = br.offset[i];
     KdaHead head;
     head.resize(n, D);
-    for (std::size_t h = 0; h < kda_heads; ++h) {
-      for (std::size_t j = 0; j < n; ++j) {
-        const std::size_t t = off + j;
-        float* qh = &head.q[j * D];
-        float* kh = &head.k[j * D];
-        std::copy_n(&q[t * P + h * D], D, qh);
-        std::copy_n(&k[t * P + h * D], D, kh);
-        std::copy_n(&v[t * P + h * D], D, &head.v[j * D]);
-        l2_norm(qh, D, kL2Eps);
-        l2_norm(kh, D, kL2Eps);
-        for (std::size_t d = 0; d < D; ++d) {
-          qh[d] *= q_scale;
-          const std::size_t ch = h * D + d;
-          head.g[j * D + d] = lower * decay_gate[t * P + ch];
-        }
-        head.beta[j] = b[t * kda_heads + h];
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::size_t t = off + j;
+      float* qh = &head.q[j * D];
+      float* kh = &head.k[j * D];
+      std::copy_n(&q[t * P + h * D], D, qh);
+      std::copy_n(&k[t * P + h * D], D, kh);
+      std::copy_n(&v[t * P + h * D], D, &head.v[j * D]);
+      l2_norm(qh, D, kL2Eps);
+      l2_norm(kh, D, kL2Eps);
+      for (std::size_t d = 0; d < D; ++d) {
+        qh[d] *= q_scale;
+        const std::size_t ch = h * D + d;
+        head.g[j * D + d] = lower * decay_gate[t * P + ch];
       }
-      float* S = &s.kda[static_cast<std::size_t>(w.state_index)][h * D * D];
-      if (n > 1 && opt.kda_chunk > 0) {
-        kda_chunked(head, S, opt.kda_chunk, lower);
-      } else {
-        kda_recurrent(head, S);
-      }
-      // 6. RMSNorm per head (o_norm, the decoder eps), then the sigmoid output gate.
-      for (std::size_t j = 0; j < n; ++j) {
-        const std::size_t t = off + j;
-        float* dst = &o[t * P + h * D];
-        rms_norm(&head.o[j * D], 1, D, w.o_norm, c.rms_norm_eps, dst);
-        for (std::size_t d = 0; d < D; ++d) dst[d] *= gate[t * P + h * D + d];
-      }
+      head.beta[j] = b[t * kda_heads + h];
     }
-  }
+    float* S = &s.kda[static_cast<std::size_t>(w.state_index)][h * D * D];
+    if (n > 1 && opt.kda_chunk > 0) {
+      kda_chunked(head, S, opt.kda_chunk, lower);
+    } else {
+      kda_recurrent(head, S);
+    }
+    // 6. RMSNorm per head (o_norm, the decoder eps), then the sigmoid output gate.
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::size_t t = off + j;
+      float* dst = &o[t * P + h * D];
+      rms_norm(&head.o[j * D], 1, D, w.o_norm, c.rms_norm_eps, dst);
+      for (std::size_t d = 0; d < D; ++d) dst[d] *= gate[t * P + h * D + d];
+    }
+  });
   out.assign(T * H, 0.0f);
   w.o.apply(o, T, out);
   if (layout.attn_tp() > 1)
@@ -676,11 +685,16 @@ void Engine::Impl::moe(const Moe& w, const Rows& x, std::size_t n, Rows& out) {
       by_expert[e].emplace_back(r, hdr[ku + j]);
     }
   }
+  // Local experts in parallel, each into its own output rows; a record that chose several of
+  // them sums their weighted outputs afterwards, in expert order (the same sum whatever ran
+  // first).
   Rows back(nrec * LT, 0.0f);
-  Rows zin, g, u, d;
-  for (std::size_t e = 0; e < local; ++e) {
+  std::vector<Rows> expert_out(local);
+  oneapi::tbb::parallel_for(std::size_t{0}, local, [&](std::size_t e) {
     const auto& rows = by_expert[e];
-    if (rows.empty()) continue;
+    if (rows.empty()) return;
+    Rows zin, g, u;
+    Rows& d = expert_out[e];
     const std::size_t m = rows.size();
     const std::size_t I = w.w1[e].rows();
     zin.resize(m * LT);
@@ -694,10 +708,14 @@ void Engine::Impl::moe(const Moe& w, const Rows& x, std::size_t n, Rows& out) {
     expert_in.apply(w.w3[e], u);
     situ_rows(g, u, static_cast<float>(c.situ_beta), static_cast<float>(c.situ_linear_beta));
     w.w2[e].apply(g, m, d);
-    for (std::size_t i = 0; i < m; ++i) {
+  });
+  for (std::size_t e = 0; e < local; ++e) {
+    const auto& rows = by_expert[e];
+    for (std::size_t i = 0; i < rows.size(); ++i) {
       float* dst = &back[rows[i].first * LT];
       const float wt = rows[i].second;
-      for (std::size_t j = 0; j < LT; ++j) dst[j] += wt * d[i * LT + j];
+      const float* d = &expert_out[e][i * LT];
+      for (std::size_t j = 0; j < LT; ++j) dst[j] += wt * d[j];
     }
   }
   std::vector<int> back_counts(nr);
