@@ -103,6 +103,27 @@ Gathered<T> allgatherv(const Comm& comm, std::span<const T> mine) {
   return out;
 }
 
+// The same when every member already knows what each member contributes (`counts`, one per
+// member, the same on all of them): no count exchange, one collective instead of two.
+template <class T>
+Gathered<T> allgatherv(const Comm& comm, std::span<const T> mine, std::vector<int> counts) {
+  if (static_cast<int>(counts.size()) != comm.size() ||
+      counts[static_cast<std::size_t>(comm.rank())] != checked_count(mine.size(), "allgatherv")) {
+    throw InternalError("allgatherv: known counts do not match this member's " +
+                        std::to_string(mine.size()) + " elements or the communicator's " +
+                        std::to_string(comm.size()) + " members");
+  }
+  Gathered<T> out;
+  out.counts = std::move(counts);
+  out.displs = displacements(out.counts, "allgatherv");
+  out.data.resize(static_cast<std::size_t>(out.displs.back() + out.counts.back()));
+  check_mpi(
+      MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), mpi_type<T>(), out.data.data(),
+                     out.counts.data(), out.displs.data(), mpi_type<T>(), comm.handle()),
+      "MPI_Allgatherv");
+  return out;
+}
+
 // Variable-length contributions to `root`; other members get an empty result.
 template <class T>
 Gathered<T> gatherv(const Comm& comm, std::span<const T> mine, int root) {
@@ -143,6 +164,35 @@ Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const
   check_mpi(
       MPI_Alltoall(send_counts.data(), 1, MPI_INT, out.counts.data(), 1, MPI_INT, comm.handle()),
       "MPI_Alltoall");
+  out.displs = displacements(out.counts, "alltoallv receive");
+  out.data.resize(static_cast<std::size_t>(out.displs.back() + out.counts.back()));
+  check_mpi(MPI_Alltoallv(send.data(), send_counts.data(), send_displs.data(), mpi_type<T>(),
+                          out.data.data(), out.counts.data(), out.displs.data(), mpi_type<T>(),
+                          comm.handle()),
+            "MPI_Alltoallv");
+  return out;
+}
+
+// The same when each member already knows what it receives from every member (`recv_counts`,
+// e.g. the answers to its own requests): no count exchange, one collective instead of two.
+template <class T>
+Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const int> send_counts,
+                      std::vector<int> recv_counts) {
+  require_main_thread("alltoallv");
+  if (static_cast<int>(send_counts.size()) != comm.size() ||
+      static_cast<int>(recv_counts.size()) != comm.size()) {
+    throw InternalError("alltoallv: " + std::to_string(send_counts.size()) + " send and " +
+                        std::to_string(recv_counts.size()) +
+                        " receive counts for a communicator of " + std::to_string(comm.size()));
+  }
+  const std::vector<int> send_displs = displacements(send_counts, "alltoallv send");
+  if (static_cast<std::size_t>(send_displs.back() + send_counts.back()) != send.size()) {
+    throw InternalError("alltoallv: send counts add up to " +
+                        std::to_string(send_displs.back() + send_counts.back()) + " but " +
+                        std::to_string(send.size()) + " elements were given");
+  }
+  Gathered<T> out;
+  out.counts = std::move(recv_counts);
   out.displs = displacements(out.counts, "alltoallv receive");
   out.data.resize(static_cast<std::size_t>(out.displs.back() + out.counts.back()));
   check_mpi(MPI_Alltoallv(send.data(), send_counts.data(), send_displs.data(), mpi_type<T>(),

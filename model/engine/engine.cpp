@@ -721,7 +721,12 @@ void Engine::Impl::moe(const Moe& w, const Rows& x, std::size_t n, Rows& out) {
   std::vector<int> back_counts(nr);
   for (std::size_t s = 0; s < nr; ++s)
     back_counts[s] = recv.counts[s] / static_cast<int>(rec) * static_cast<int>(LT);
-  const auto returned = dist::alltoallv(tp, std::span<const float>(back), back_counts);
+  // Each rank gets back one latent row per record it sent: the receive counts are known.
+  std::vector<int> returned_counts(nr);
+  for (std::size_t s = 0; s < nr; ++s)
+    returned_counts[s] = static_cast<int>(sent_token[s].size() * LT);
+  const auto returned = dist::alltoallv(tp, std::span<const float>(back), back_counts,
+                                        std::move(returned_counts));
 
   // Sum every destination's partial output per token, norm, up-project.
   Rows y(ns * LT, 0.0f);
@@ -739,7 +744,11 @@ void Engine::Impl::moe(const Moe& w, const Rows& x, std::size_t n, Rows& out) {
   // Reassemble the group's tokens from every rank's share.
   out.assign(n * H, 0.0f);
   if (a > 1) {
-    const auto all = dist::allgatherv(groups.attn_tp(), std::span<const float>(up));
+    std::vector<int> share_counts(a);  // rank r holds tokens r, r + a, ...
+    for (std::size_t r = 0; r < a; ++r)
+      share_counts[r] = static_cast<int>((n > r ? (n - r + a - 1) / a : 0) * H);
+    const auto all =
+        dist::allgatherv(groups.attn_tp(), std::span<const float>(up), std::move(share_counts));
     for (std::size_t r = 0; r < a; ++r) {
       const float* src = all.data.data() + all.displs[r];
       for (std::size_t t = r, i = 0; t < n; t += a, ++i) std::copy_n(src + i * H, H, &out[t * H]);

@@ -151,6 +151,14 @@ TEST(Collectives, VariableLengthGathers) {
   const auto all = allgatherv(world, std::span<const std::int32_t>(mine));
   EXPECT_EQ(all.data, expected);
   EXPECT_EQ(all.counts[world.size() - 1], world.size() - 1);
+  // With the counts known in advance: the same result without the count exchange.
+  std::vector<int> known(world.size());
+  for (int r = 0; r < world.size(); ++r) known[r] = r;
+  const auto all_known = allgatherv(world, std::span<const std::int32_t>(mine), known);
+  EXPECT_EQ(all_known.data, expected);
+  EXPECT_EQ(all_known.counts, known);
+  known[me] += 1;  // a count that disagrees with this member's contribution, on every rank
+  EXPECT_THROW(allgatherv(world, std::span<const std::int32_t>(mine), known), InternalError);
 
   const int root = world.size() / 2;
   const auto gathered = gatherv(world, std::span<const std::int32_t>(mine), root);
@@ -187,6 +195,13 @@ TEST(Collectives, AlltoallvWithRandomAndZeroCounts) {
     for (int i = 0; i < count(src, me); ++i) expected.push_back(value(src, me, i));
   }
   EXPECT_EQ(got.data, expected);
+  // The receiver knowing its counts (the engine's combine step): the same exchange in one call.
+  std::vector<int> recv_counts(n);
+  for (int src = 0; src < n; ++src) recv_counts[src] = count(src, me);
+  const auto known = alltoallv(world, std::span<const float>(send),
+                               std::span<const int>(send_counts), recv_counts);
+  EXPECT_EQ(known.data, expected);
+  EXPECT_EQ(known.counts, recv_counts);
 
   // Everyone empty: still a valid exchange.
   const std::vector<int> zeros(n, 0);
