@@ -8,6 +8,13 @@
 // detected one unless K3_QUANT_ISA lowers it. "_R4" formats are the same weights repacked
 // row-interleaved by quant::repack (4 rows), read through the same rotation.
 //
+// Memory: the copies are ordinary heap vectors on 4 KiB pages, as the engine's loader keeps its
+// weights (model/bytes.h) and as ggml's CPU and AMX buffer types allocate (posix_memalign, no
+// madvise). GLIBC_TUNABLES=glibc.malloc.hugetlb=1 puts them on transparent huge pages instead
+// (needs THP "madvise" or "always"; check AnonHugePages in /proc/meminfo), for either binary.
+// With --benchmark_repetitions=N the "_min" row has the best repetition's time (what a peer
+// harness reporting its best of N runs compares with); its counters are per-counter minima.
+//
 // gemm_f32/...: quant::gemm_f32_nn on the MLA weighted-sum shape (64 tokens x 16 heads = 1024
 // probability rows, 2048 cached positions, the 256-float latent of cache rows of 272 floats),
 // in GFLOP/s of useful work (2 n sum_i k_i), next to the engine's naive loop compiled with the
@@ -352,7 +359,10 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark(("gemm/" + base + "/batch:" + std::to_string(batch)).c_str(),
                                      bench_matmul, f, s, batch)
             ->Unit(benchmark::kMillisecond)
-            ->MinTime(0.5);
+            ->MinTime(0.5)
+            ->ComputeStatistics("min", [](const std::vector<double>& v) {
+              return *std::min_element(v.begin(), v.end());
+            });
       }
     }
   }
