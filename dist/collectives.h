@@ -91,16 +91,10 @@ struct Gathered {
 
 // Variable-length contributions from every member, to every member.
 template <class T>
+Gathered<T> allgatherv(const Comm& comm, std::span<const T> mine, std::vector<int> counts);
+template <class T>
 Gathered<T> allgatherv(const Comm& comm, std::span<const T> mine) {
-  Gathered<T> out;
-  out.counts = allgather(comm, checked_count(mine.size(), "allgatherv"));
-  out.displs = displacements(out.counts, "allgatherv");
-  out.data.resize(static_cast<std::size_t>(out.displs.back() + out.counts.back()));
-  check_mpi(
-      MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), mpi_type<T>(), out.data.data(),
-                     out.counts.data(), out.displs.data(), mpi_type<T>(), comm.handle()),
-      "MPI_Allgatherv");
-  return out;
+  return allgatherv(comm, mine, allgather(comm, checked_count(mine.size(), "allgatherv")));
 }
 
 // The same when every member already knows what each member contributes (`counts`, one per
@@ -143,34 +137,38 @@ Gathered<T> gatherv(const Comm& comm, std::span<const T> mine, int root) {
   return out;
 }
 
-// Personalised exchange: `send` holds send_counts[i] elements for member i, in member order.
-// Counts are exchanged first, so receivers need not know them; a member with nothing to send
-// still joins with zero counts.
-template <class T>
-Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const int> send_counts) {
-  require_main_thread("alltoallv");
+// Checks an alltoallv's send side (one count per member, adding up to `send_size`) and returns
+// its displacements; InternalError otherwise.
+inline std::vector<int> alltoallv_send_displs(const Comm& comm, std::size_t send_size,
+                                              std::span<const int> send_counts) {
   if (static_cast<int>(send_counts.size()) != comm.size()) {
     throw InternalError("alltoallv: " + std::to_string(send_counts.size()) +
                         " send counts for a communicator of " + std::to_string(comm.size()));
   }
-  const std::vector<int> send_displs = displacements(send_counts, "alltoallv send");
-  if (static_cast<std::size_t>(send_displs.back() + send_counts.back()) != send.size()) {
+  std::vector<int> displs = displacements(send_counts, "alltoallv send");
+  if (static_cast<std::size_t>(displs.back() + send_counts.back()) != send_size) {
     throw InternalError("alltoallv: send counts add up to " +
-                        std::to_string(send_displs.back() + send_counts.back()) + " but " +
-                        std::to_string(send.size()) + " elements were given");
+                        std::to_string(displs.back() + send_counts.back()) + " but " +
+                        std::to_string(send_size) + " elements were given");
   }
-  Gathered<T> out;
-  out.counts.resize(comm.size());
+  return displs;
+}
+
+// Personalised exchange: `send` holds send_counts[i] elements for member i, in member order.
+// Counts are exchanged first, so receivers need not know them; a member with nothing to send
+// still joins with zero counts.
+template <class T>
+Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const int> send_counts,
+                      std::vector<int> recv_counts);
+template <class T>
+Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const int> send_counts) {
+  require_main_thread("alltoallv");
+  alltoallv_send_displs(comm, send.size(), send_counts);  // argument errors before any call
+  std::vector<int> recv_counts(comm.size());
   check_mpi(
-      MPI_Alltoall(send_counts.data(), 1, MPI_INT, out.counts.data(), 1, MPI_INT, comm.handle()),
+      MPI_Alltoall(send_counts.data(), 1, MPI_INT, recv_counts.data(), 1, MPI_INT, comm.handle()),
       "MPI_Alltoall");
-  out.displs = displacements(out.counts, "alltoallv receive");
-  out.data.resize(static_cast<std::size_t>(out.displs.back() + out.counts.back()));
-  check_mpi(MPI_Alltoallv(send.data(), send_counts.data(), send_displs.data(), mpi_type<T>(),
-                          out.data.data(), out.counts.data(), out.displs.data(), mpi_type<T>(),
-                          comm.handle()),
-            "MPI_Alltoallv");
-  return out;
+  return alltoallv(comm, send, send_counts, std::move(recv_counts));
 }
 
 // The same when each member already knows what it receives from every member (`recv_counts`,
@@ -179,17 +177,10 @@ template <class T>
 Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const int> send_counts,
                       std::vector<int> recv_counts) {
   require_main_thread("alltoallv");
-  if (static_cast<int>(send_counts.size()) != comm.size() ||
-      static_cast<int>(recv_counts.size()) != comm.size()) {
-    throw InternalError("alltoallv: " + std::to_string(send_counts.size()) + " send and " +
-                        std::to_string(recv_counts.size()) +
+  const std::vector<int> send_displs = alltoallv_send_displs(comm, send.size(), send_counts);
+  if (static_cast<int>(recv_counts.size()) != comm.size()) {
+    throw InternalError("alltoallv: " + std::to_string(recv_counts.size()) +
                         " receive counts for a communicator of " + std::to_string(comm.size()));
-  }
-  const std::vector<int> send_displs = displacements(send_counts, "alltoallv send");
-  if (static_cast<std::size_t>(send_displs.back() + send_counts.back()) != send.size()) {
-    throw InternalError("alltoallv: send counts add up to " +
-                        std::to_string(send_displs.back() + send_counts.back()) + " but " +
-                        std::to_string(send.size()) + " elements were given");
   }
   Gathered<T> out;
   out.counts = std::move(recv_counts);
