@@ -13,11 +13,6 @@
 
 namespace k3::model::engine {
 
-// Single values in float through libm. The *_rows functions below are the vectorized (and more
-// accurate) form: they may differ from these in the last bit.
-inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-inline float silu(float x) { return x * sigmoid(x); }
-
 // SiTU-GLU (section 2.2): beta tanh(g/beta) sigmoid(g) * beta_lin tanh(u/beta_lin), the same bits
 // as situ_rows. No special case for beta_lin: a negative one acts as |beta_lin| (tanh is odd) and
 // 0 gives 0 (NaN for u = 0), as the formula says.
