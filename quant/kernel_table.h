@@ -28,11 +28,17 @@ inline constexpr std::size_t kTileUnits = 16;
 
 // Repacked views (MatrixView::interleave == kRepackRows): a TileKernel over rows
 // [u0, u0 + nu) where u0 and nu are multiples of kRepackRows and all rows are in full groups.
+//
+// VNNI-order views (MatrixView::vnni): a TileKernel over rows [u0, u0 + nu) of whole 16-row
+// groups, nu <= 16 * kVnniTileGroups (AVX-512 VNNI only; elsewhere the groups are unpacked).
 struct KernelTable {
   RowKernel row[kTypeCount] = {};
   TileKernel tile[kTypeCount] = {};
   TileKernel repacked[kTypeCount] = {};
+  TileKernel vnni[kTypeCount] = {};
 };
+
+inline constexpr std::size_t kVnniTileGroups = 8;
 
 inline std::size_t rows_per_unit(Type t) { return t == Type::kModelSlimInt4 ? 2 : 1; }
 

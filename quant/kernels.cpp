@@ -103,7 +103,12 @@ void run_repacked(const MatrixView& w, const ActView& a, float* out, Isa isa) {
   const size_t ri = w.interleave;
   const size_t groups = w.rows / ri, full = groups * ri;
   TileKernel rk = nullptr;
-  if (ri == kRepackRows) {
+  size_t tile_groups = std::max<size_t>(1, detail::kTileUnits / ri);
+  if (w.vnni) {
+    const auto i = static_cast<size_t>(w.type);
+    if (isa >= Isa::kAvx512) rk = detail::avx512_kernels().vnni[i];
+    tile_groups = detail::kVnniTileGroups;
+  } else if (ri == kRepackRows) {
     const auto i = static_cast<size_t>(w.type);
     if (isa >= Isa::kAvx2 && detail::avx2_kernels().repacked[i] != nullptr)
       rk = detail::avx2_kernels().repacked[i];
@@ -113,7 +118,6 @@ void run_repacked(const MatrixView& w, const ActView& a, float* out, Isa isa) {
   const Selected k = select(w.type, isa);
   const size_t group_bytes = std::max<size_t>(1, w.data.size() / w.rows * ri);
   const size_t grain = std::max<size_t>(1, (32u << 10) / group_bytes);
-  const size_t tile_groups = std::max<size_t>(1, detail::kTileUnits / ri);
   tbb::parallel_for(tbb::blocked_range<size_t>(0, groups, grain),
                     [&](const tbb::blocked_range<size_t>& r) {
                       for (size_t g0 = r.begin(); g0 < r.end(); g0 += tile_groups) {

@@ -832,6 +832,125 @@ K3_512 void repacked_tile(const MatrixView& w, size_t r0, size_t nr, const ActVi
   }
 }
 
+// ------------------------------------------------------------------ VNNI order (quant/repack.h)
+
+// A super-block in the VNNI order: the 16 rows' codes, then their 16 f16 scales.
+template <Type T>
+inline constexpr size_t kVnniSuper = T == Type::kQ4_0 ? 16 * 18 : 16 * 34;
+template <Type T>
+inline constexpr int kVnniOffset = T == Type::kQ4_0 ? 8 : 128;  // stored code = value + offset
+
+// Batch 1 streams this many 16-row groups side by side, each a sequential stream of its own,
+// prefetched kVnniPrefetch bytes ahead into L2. Measured against ggml's AMX buffer on the
+// development host (2026-11-30, docs/PERFORMANCE.md): 8 streams at 2 KiB beat 1, 2 and 4
+// streams and 1 or 4 KiB.
+inline constexpr size_t kVnniStreams = 8;
+inline constexpr size_t kVnniPrefetch = 2048;
+
+K3_512_INLINE __m512i broadcast_quad(const std::int8_t* p) {
+  std::int32_t quad;
+  std::memcpy(&quad, p, sizeof quad);
+  return _mm512_set1_epi32(quad);
+}
+
+// The 16 rows' integer dot products with one activation block (x: its 8 broadcast quads),
+// added to acc. Exact: |sum| <= 32 * 255 * 128 per block.
+template <Type T>
+K3_512_INLINE __m512i vnni_block(const uint8_t* p, const __m512i* x, __m512i acc) {
+  if constexpr (T == Type::kQ4_0) {
+    const __m512i m = _mm512_set1_epi8(0x0f);
+    for (int c = 0; c < 4; ++c) {
+      const __m512i v = load512(p + 64 * c);
+      acc = _mm512_dpbusd_epi32(acc, _mm512_and_si512(v, m), x[2 * c]);
+      acc = _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_srli_epi16(v, 4), m), x[2 * c + 1]);
+    }
+  } else {
+    for (int k = 0; k < 8; ++k) acc = _mm512_dpbusd_epi32(acc, load512(p + 64 * k), x[k]);
+  }
+  return acc;
+}
+
+// One block's contribution to the 16 accumulators: acc + float(isum) * (d_w * d_x). The
+// integer sum starts from -offset * isum(x), so the stored offset cancels exactly. Every path
+// (batch 1 or n, any thread count) adds the blocks of a row in this same order and form.
+template <Type T>
+K3_512_INLINE __m512 vnni_accumulate(const uint8_t* p, const __m512i* x, std::int32_t nisum,
+                                     float dx, __m512 acc) {
+  const __m512i isum = vnni_block<T>(p, x, _mm512_set1_epi32(nisum * kVnniOffset<T>));
+  const __m512 d = _mm512_mul_ps(_mm512_cvtph_ps(load256(p + kVnniSuper<T> - 32)),
+                                 _mm512_set1_ps(dx));
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, acc);
+}
+
+// Batch 1 on S consecutive groups starting at g (group stride gstride bytes): rows 16 S.
+template <Type T, size_t S>
+K3_512 void vnni_gemv_groups(const uint8_t* g, size_t gstride, const ActView& a, float* y) {
+  constexpr size_t kSuper = kVnniSuper<T>;
+  __m512 acc[S];
+  for (size_t s = 0; s < S; ++s) acc[s] = _mm512_setzero_ps();
+  for (size_t b = 0; b < a.blocks; ++b) {
+    __m512i x[8];
+    for (int k = 0; k < 8; ++k) x[k] = broadcast_quad(a.qs + 32 * b + 4 * k);
+    for (size_t s = 0; s < S; ++s) {
+      const uint8_t* p = g + s * gstride + b * kSuper;
+      for (size_t o = 0; o < kSuper; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(p) + kVnniPrefetch + o, _MM_HINT_T1);
+      acc[s] = vnni_accumulate<T>(p, x, a.nisum[b], a.d[b], acc[s]);
+    }
+  }
+  for (size_t s = 0; s < S; ++s) _mm512_storeu_ps(y + 16 * s, acc[s]);
+}
+
+// Batch n on one group: its codes are loaded once per block for up to 4 activation rows (the
+// group, 16 x row_bytes, stays in L2 across the activation chunks).
+template <Type T, int NA>
+K3_512 void vnni_gemm_group(const uint8_t* g, const ActView& a, size_t a0, float* y, size_t ldy) {
+  constexpr size_t kSuper = kVnniSuper<T>;
+  const size_t nb = a.blocks;
+  __m512 acc[NA];
+  for (int i = 0; i < NA; ++i) acc[i] = _mm512_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* p = g + b * kSuper;
+    for (int i = 0; i < NA; ++i) {
+      const size_t ab = (a0 + i) * nb + b;
+      __m512i x[8];
+      for (int k = 0; k < 8; ++k) x[k] = broadcast_quad(a.qs + 32 * ab + 4 * k);
+      acc[i] = vnni_accumulate<T>(p, x, a.nisum[ab], a.d[ab], acc[i]);
+    }
+  }
+  for (int i = 0; i < NA; ++i) _mm512_storeu_ps(y + (a0 + i) * ldy, acc[i]);
+}
+
+template <Type T, size_t S = kVnniStreams>
+K3_512_INLINE void vnni_gemv_dispatch(const uint8_t* g, size_t gstride, size_t groups,
+                                      const ActView& a, float* y) {
+  if constexpr (S > 1) {
+    if (groups < S) return vnni_gemv_dispatch<T, S - 1>(g, gstride, groups, a, y);
+  }
+  vnni_gemv_groups<T, S>(g, gstride, a, y);
+}
+
+// Rows [r0, r0 + nr) of a VNNI-order view: whole groups, nr <= 16 * kVnniTileGroups.
+template <Type T>
+K3_512 void vnni_tile(const MatrixView& w, size_t r0, size_t nr, const ActView& a, float* y,
+                      size_t ldy) {
+  const size_t gstride = a.blocks * kVnniSuper<T>;
+  const uint8_t* g0 = w.data.data() + r0 / 16 * gstride;
+  const size_t groups = nr / 16;
+  if (a.rows == 1) {
+    for (size_t s = 0; s < groups; s += kVnniStreams)
+      vnni_gemv_dispatch<T>(g0 + s * gstride, gstride, std::min(kVnniStreams, groups - s), a,
+                            y + r0 + 16 * s);
+    return;
+  }
+  for (size_t s = 0; s < groups; ++s) {
+    float* out = y + r0 + 16 * s;
+    size_t a0 = 0;
+    for (; a0 + 4 <= a.rows; a0 += 4) vnni_gemm_group<T, 4>(g0 + s * gstride, a, a0, out, ldy);
+    for (; a0 < a.rows; ++a0) vnni_gemm_group<T, 1>(g0 + s * gstride, a, a0, out, ldy);
+  }
+}
+
 // ModelSlim int8: y = scale * (sum_b dx_b ((q + 128) . qx - 128 isum)_b - offset * sum(x)).
 // The 128 * isum correction stays in integers (vpdpbusd starts from -16 isum per lane): with
 // per-channel scales most codes are small, and a float correction would cancel badly.
@@ -1171,6 +1290,8 @@ KernelTable make_table() {
   t.repacked[static_cast<size_t>(Type::kQ8_0)] = repacked_tile<RQ8_0D, Type::kQ8_0>;
   t.repacked[static_cast<size_t>(Type::kQ4_0)] = repacked_tile<RQ4_0D, Type::kQ4_0>;
   t.repacked[static_cast<size_t>(Type::kMXFP4)] = repacked_tile<RMxfp4D, Type::kMXFP4>;
+  t.vnni[static_cast<size_t>(Type::kQ8_0)] = vnni_tile<Type::kQ8_0>;
+  t.vnni[static_cast<size_t>(Type::kQ4_0)] = vnni_tile<Type::kQ4_0>;
   return t;
 }
 

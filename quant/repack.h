@@ -28,12 +28,29 @@ inline constexpr std::size_t kRepackRows = 4;
 // Types with a repacked layout: Q8_0, Q4_0, MXFP4 (ggml blocks).
 bool can_repack(Type type);
 
+// The VNNI order: groups of 16 rows whose super-blocks hold each row's codes 4 at a time, one
+// 32-bit lane per row, the layout x86 vpdpbusd consumes directly (the weight-side twin of
+// ActView::qs16). A batch-1 kernel keeps one int32 accumulator lane per row and applies the 16
+// scales once per block: no horizontal sums, no scale shuffles. For group g and block b the
+// super-block at byte (g * blocks + b) * 16 * block_bytes holds
+//   Q4_0: 4 chunks of 64 bytes; in chunk p, byte 4r + j of row r is code(8p + j) | code(8p +
+//         4 + j) << 4, code(e) being the stored nibble (value + 8) of element e of the block;
+//         then the 16 f16 scales (256 + 32 = 16 x 18 bytes);
+//   Q8_0: 8 chunks of 64 bytes; in chunk k, byte 4r + j is code(4k + j) + 128 (as unsigned);
+//         then the 16 f16 scales (512 + 32 = 16 x 34 bytes).
+// The last rows % 16 rows follow in the plain layout; the byte count is unchanged.
+inline constexpr std::size_t kVnniRows = 16;
+
+// Types with a VNNI-order layout: Q8_0, Q4_0.
+bool can_repack_vnni(Type type);
+
 // Owns the repacked bytes of one matrix.
 struct Repacked {
   Type type = Type::kF32;
   std::size_t rows = 0;
   std::size_t cols = 0;
   std::size_t interleave = 0;
+  bool vnni = false;
   std::vector<std::uint8_t> data;
 
   MatrixView view() const;
@@ -42,6 +59,10 @@ struct Repacked {
 // Repacks a plain view (interleave 0) by `rows_per_group` (2..16) rows. Throws InputError for
 // a type without a repacked layout or an already repacked view.
 Repacked repack(const MatrixView& w, std::size_t rows_per_group = kRepackRows);
+
+// Repacks a plain view into the VNNI order (interleave 16, vnni set). Throws InputError for a
+// type without that layout or an already repacked view.
+Repacked repack_vnni(const MatrixView& w);
 
 // The plain (checkpoint layout) data bytes of a view, repacked or not.
 std::vector<std::uint8_t> unpack(const MatrixView& w);

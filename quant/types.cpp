@@ -93,7 +93,10 @@ std::string describe(Type type, std::size_t rows, std::size_t cols) {
 
 std::string describe(const MatrixView& view) {
   std::string s = describe(view.type, view.rows, view.cols);
-  if (view.interleave != 0) s += " (repacked by " + std::to_string(view.interleave) + " rows)";
+  if (view.interleave != 0) {
+    s += std::string(" (repacked by ") + std::to_string(view.interleave) + " rows" +
+         (view.vnni ? ", VNNI order)" : ")");
+  }
   return s;
 }
 
@@ -136,6 +139,11 @@ void validate(const MatrixView& v) {
     throw InputError("quant: " + describe(v) + ": rows interleaved by " +
                      std::to_string(v.interleave) +
                      " (only Q8_0, Q4_0 and MXFP4 can be repacked, by 2 to 16 rows)");
+  }
+  if (v.vnni && (!can_repack_vnni(v.type) || v.interleave != kVnniRows)) {
+    throw InputError("quant: " + describe(v) +
+                     ": the VNNI order needs Q8_0 or Q4_0 rows interleaved by " +
+                     std::to_string(kVnniRows));
   }
   const bool ct = v.type == Type::kMXFP4Packed;
   const bool ms = v.type == Type::kModelSlimInt8 || v.type == Type::kModelSlimInt4;
@@ -194,6 +202,7 @@ MatrixView row_slice(const MatrixView& v, std::size_t first, std::size_t count) 
     const std::size_t full = v.rows / v.interleave * v.interleave;
     if (first >= full) {
       s.interleave = 0;
+      s.vnni = false;
     } else if (first % v.interleave != 0 || (count % v.interleave != 0 && first + count < full)) {
       throw InputError("quant: " + describe(v) + ": rows [" + std::to_string(first) + ", " +
                        std::to_string(first + count) + ") split a group of " +

@@ -84,6 +84,10 @@ struct MatrixView {
   // sequential pass feeds R dot products; the rows % R last rows stay in the plain layout.
   // `data` keeps its size, so row r still starts at byte r * row_bytes of its group.
   std::size_t interleave = 0;
+  // Only with interleave == 16 (quant::repack_vnni): each super-block in the VNNI order of
+  // quant/repack.h (4 consecutive codes of the 16 rows side by side, then the 16 scales)
+  // instead of the checkpoint's fields.
+  bool vnni = false;
 };
 
 // Bytes of `data` for a matrix of this type and shape (checks the shape rules first).

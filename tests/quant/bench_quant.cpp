@@ -6,7 +6,8 @@
 // the matrix to fill K3_BENCH_WORKING_SET_MB (default 1024 MiB; 0 = one copy, which may then be
 // cache resident). Single thread unless K3_BENCH_THREADS says otherwise. The ISA is the
 // detected one unless K3_QUANT_ISA lowers it. "_R4" formats are the same weights repacked
-// row-interleaved by quant::repack (4 rows), read through the same rotation.
+// row-interleaved by quant::repack (4 rows), "_V16" the same in the 16-row VNNI order
+// (quant::repack_vnni), read through the same rotation.
 //
 // Memory: the copies are ordinary heap vectors on 4 KiB pages, as the engine's loader keeps its
 // weights (model/bytes.h) and as ggml's CPU and AMX buffer types allocate (posix_memalign, no
@@ -63,6 +64,7 @@ struct Format {
   QuantizeOptions opt;
   std::string label;
   std::size_t interleave = 0;  // > 0: weights repacked by this many rows (quant/repack.h)
+  bool vnni = false;           // repacked into the VNNI order instead (quant::repack_vnni)
 };
 
 struct Shape {
@@ -73,6 +75,7 @@ struct Shape {
 struct Working {
   std::vector<QuantizedMatrix> copies;
   std::size_t interleave = 0;
+  bool vnni = false;
   std::size_t bytes_per_copy = 0;
   std::size_t total_bytes() const { return copies.size() * bytes_per_copy; }
 };
@@ -109,7 +112,11 @@ QuantizedMatrix make_matrix(const Format& f, const Shape& s) {
   m.offset = tile(small.offset, times);
   m.group_scale = tile(small.group_scale, times);
   m.group_offset = tile(small.group_offset, times);
-  if (f.interleave != 0) m.data = k3::quant::repack(m.view(), f.interleave).data;
+  if (f.vnni) {
+    m.data = k3::quant::repack_vnni(m.view()).data;
+  } else if (f.interleave != 0) {
+    m.data = k3::quant::repack(m.view(), f.interleave).data;
+  }
   return m;
 }
 
@@ -123,6 +130,7 @@ Working& working_set(const Format& f, const Shape& s) {
     const QuantizedMatrix m = make_matrix(f, s);
     current.bytes_per_copy = weight_bytes(m);
     current.interleave = f.interleave;
+    current.vnni = f.vnni;
     const std::size_t min_bytes = env_size("K3_BENCH_WORKING_SET_MB", 1024) << 20;
     const std::size_t n =
         std::max<std::size_t>(1, (min_bytes + current.bytes_per_copy - 1) / current.bytes_per_copy);
@@ -225,6 +233,7 @@ void bench_matmul(benchmark::State& state, Format f, Shape s, std::size_t batch)
     const QuantizedMatrix& m = ws.copies[i++ % ws.copies.size()];
     k3::quant::MatrixView v = m.view();
     v.interleave = ws.interleave;
+    v.vnni = ws.vnni;
     k3::quant::gemm(v, x, batch, y);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
@@ -336,8 +345,10 @@ int main(int argc, char** argv) {
       {Type::kBF16, {}, "BF16"},
       {Type::kQ8_0, {}, "Q8_0"},
       {Type::kQ8_0, {}, "Q8_0_R4", k3::quant::kRepackRows},
+      {Type::kQ8_0, {}, "Q8_0_V16", k3::quant::kVnniRows, true},
       {Type::kQ4_0, {}, "Q4_0"},
       {Type::kQ4_0, {}, "Q4_0_R4", k3::quant::kRepackRows},
+      {Type::kQ4_0, {}, "Q4_0_V16", k3::quant::kVnniRows, true},
       {Type::kQ2_K, {}, "Q2_K"},
       {Type::kQ3_K, {}, "Q3_K"},
       {Type::kMXFP4, {}, "MXFP4"},

@@ -28,9 +28,26 @@ using testing::random_bytes;
 
 const Type kTypes[] = {Type::kQ8_0, Type::kQ4_0, Type::kMXFP4};
 
-std::string where(Type t, std::size_t rows, std::size_t cols, std::size_t r) {
+// A repacked layout under test: by `rows` rows with the block fields unchanged (repack), or
+// the 16-row VNNI order (repack_vnni).
+struct Layout {
+  std::size_t rows;
+  bool vnni = false;
+};
+
+Repacked repack_as(const MatrixView& w, Layout l) {
+  return l.vnni ? repack_vnni(w) : repack(w, l.rows);
+}
+
+std::vector<Layout> layouts(Type t) {
+  std::vector<Layout> out = {{2}, {4}, {8}, {16}};
+  if (can_repack_vnni(t)) out.push_back({kVnniRows, true});
+  return out;
+}
+
+std::string where(Type t, std::size_t rows, std::size_t cols, Layout l) {
   return std::string(name(t)) + " [" + std::to_string(rows) + " x " + std::to_string(cols) +
-         "] by " + std::to_string(r);
+         "] by " + std::to_string(l.rows) + (l.vnni ? " (VNNI order)" : "");
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -43,7 +60,8 @@ TEST(QuantRepack, RoundTripAnyBytes) {
   std::uniform_int_distribution<std::size_t> rows_d(0, 21), nb_d(1, 9);
   for (Type t : kTypes) {
     ASSERT_TRUE(can_repack(t));
-    for (std::size_t r : {2u, 4u, 8u, 16u}) {
+    for (const Layout l : layouts(t)) {
+      const std::size_t r = l.rows;
       for (int trial = 0; trial < 4; ++trial) {
         const std::size_t rows = trial == 0 ? r : rows_d(rng), cols = 32 * nb_d(rng);
         MatrixView w;
@@ -52,18 +70,19 @@ TEST(QuantRepack, RoundTripAnyBytes) {
         w.cols = cols;
         const std::vector<std::uint8_t> bytes = random_bytes(rng, data_bytes(t, rows, cols));
         w.data = bytes;
-        const Repacked p = repack(w, r);
+        const Repacked p = repack_as(w, l);
         const MatrixView v = p.view();
         EXPECT_EQ(v.interleave, r);
+        EXPECT_EQ(v.vnni, l.vnni);
         EXPECT_EQ(p.data.size(), bytes.size());
-        EXPECT_EQ(unpack(v), bytes) << where(t, rows, cols, r);
+        EXPECT_EQ(unpack(v), bytes) << where(t, rows, cols, l);
         if (rows >= r) {
-          EXPECT_NE(p.data, bytes) << where(t, rows, cols, r);  // really moved
+          EXPECT_NE(p.data, bytes) << where(t, rows, cols, l);  // really moved
         }
         std::vector<float> d0(rows * cols), d1(rows * cols);
         dequantize(w, d0);
         dequantize(v, d1);
-        EXPECT_TRUE(same_bits(d0, d1)) << where(t, rows, cols, r);
+        EXPECT_TRUE(same_bits(d0, d1)) << where(t, rows, cols, l);
         // row slices on group boundaries and inside the plain tail
         const std::size_t full = rows / r * r;
         for (std::size_t first = 0; first < rows; ++first) {
@@ -79,7 +98,7 @@ TEST(QuantRepack, RoundTripAnyBytes) {
             dequantize(s, ds);
             ASSERT_EQ(std::memcmp(ds.data(), d0.data() + first * cols, ds.size() * sizeof(float)),
                       0)
-                << where(t, rows, cols, r) << " rows " << first << "+" << count;
+                << where(t, rows, cols, l) << " rows " << first << "+" << count;
           }
         }
       }
@@ -112,13 +131,20 @@ TEST(QuantRepack, KernelsMatchScalarOnPlain) {
   std::mt19937_64 rng(2025);
   std::uniform_int_distribution<std::size_t> rows_d(1, 23), nb_d(1, 12);
   for (Type t : kTypes) {
-    for (int shape = 0; shape < 4; ++shape) {
-      const std::size_t rows = shape == 0 ? 8 : rows_d(rng);
+    // Shapes 0-3 by kRepackRows (3: by 8, the unpacking fallback); with the VNNI order also
+    // shapes 0-2 and more than one batch-1 tile of kVnniTileGroups groups (4: 9 groups and 5
+    // plain rows, 5: exactly 8 groups).
+    std::vector<std::pair<int, Layout>> cases = {
+        {0, {kRepackRows}}, {1, {kRepackRows}}, {2, {kRepackRows}}, {3, {8}}};
+    if (can_repack_vnni(t)) {
+      for (int shape : {0, 1, 2, 4, 5}) cases.push_back({shape, {kVnniRows, true}});
+    }
+    for (const auto& [shape, l] : cases) {
+      const std::size_t rows = shape == 0 ? 8 : shape == 4 ? 149 : shape == 5 ? 128 : rows_d(rng);
       const std::size_t cols = shape == 1 ? 32 : 32 * nb_d(rng);
-      const std::size_t r = shape == 3 ? 8 : kRepackRows;  // 8: the unpacking fallback
       const std::vector<float> wf = heavy_tailed(rng, rows * cols);
       const QuantizedMatrix m = quantize(t, wf, rows, cols);
-      const Repacked p = repack(m.view(), r);
+      const Repacked p = repack_as(m.view(), l);
       const std::vector<float> wd = testing::dequantized(m.view());
       for (std::size_t n = 1; n <= 33; ++n) {
         const std::vector<float> x = heavy_tailed(rng, n * cols);
@@ -143,12 +169,12 @@ TEST(QuantRepack, KernelsMatchScalarOnPlain) {
           std::vector<float> y(n * rows, -1.0f);
           gemm(p.view(), a, y, isa);
           if (isa == Isa::kScalar) {
-            ASSERT_TRUE(same_bits(y, ref)) << where(t, rows, cols, r) << " n=" << n;
+            ASSERT_TRUE(same_bits(y, ref)) << where(t, rows, cols, l) << " n=" << n;
             continue;
           }
           for (std::size_t k = 0; k < y.size(); ++k) {
             ASSERT_NEAR(y[k], ref[k], tol[k])
-                << where(t, rows, cols, r) << " " << name(isa) << " n=" << n << " row "
+                << where(t, rows, cols, l) << " " << name(isa) << " n=" << n << " row "
                 << k % rows << " act " << k / rows;
           }
         }
@@ -159,31 +185,118 @@ TEST(QuantRepack, KernelsMatchScalarOnPlain) {
 
 TEST(QuantRepack, GemvDotAndThreadsAgree) {
   std::mt19937_64 rng(3);
-  const std::size_t rows = 203, cols = 512;  // 50 groups of 4 and 3 tail rows
+  // 50 groups of 4 and 3 tail rows; 12 VNNI groups (a full batch-1 tile and 4 more) and 11.
+  const std::size_t rows = 203, cols = 512;
   for (Type t : kTypes) {
-    const std::vector<float> wf = heavy_tailed(rng, rows * cols);
-    const QuantizedMatrix m = quantize(t, wf, rows, cols);
-    const Repacked p = repack(m.view());
-    const std::vector<float> x = heavy_tailed(rng, 16 * cols);
-    std::vector<float> y(rows), y2(rows);
-    gemv(p.view(), std::span<const float>(x.data(), cols), y);
-    gemm(p.view(), std::span<const float>(x.data(), cols), 1, y2);
-    EXPECT_EQ(y, y2) << name(t);
-    for (std::size_t r : {0u, 1u, 5u, 199u, 200u, 202u})
-      EXPECT_EQ(dot(p.view(), r, std::span<const float>(x.data(), cols)), y[r]) << name(t) << r;
-    for (std::size_t n : {1u, 3u, 16u}) {
-      std::vector<float> y1(n * rows), yt(n * rows);
-      {
-        tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
-        gemm(p.view(), std::span<const float>(x.data(), n * cols), n, y1);
+    for (const Layout l : {Layout{kRepackRows}, Layout{kVnniRows, true}}) {
+      if (l.vnni && !can_repack_vnni(t)) continue;
+      const std::string what = where(t, rows, cols, l);
+      const std::vector<float> wf = heavy_tailed(rng, rows * cols);
+      const QuantizedMatrix m = quantize(t, wf, rows, cols);
+      const Repacked p = repack_as(m.view(), l);
+      const std::vector<float> x = heavy_tailed(rng, 16 * cols);
+      std::vector<float> y(rows), y2(rows);
+      gemv(p.view(), std::span<const float>(x.data(), cols), y);
+      gemm(p.view(), std::span<const float>(x.data(), cols), 1, y2);
+      EXPECT_EQ(y, y2) << what;
+      for (std::size_t r : {0u, 1u, 5u, 199u, 200u, 202u})
+        EXPECT_EQ(dot(p.view(), r, std::span<const float>(x.data(), cols)), y[r]) << what << r;
+      for (std::size_t n : {1u, 3u, 16u}) {
+        std::vector<float> y1(n * rows), yt(n * rows);
+        {
+          tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
+          gemm(p.view(), std::span<const float>(x.data(), n * cols), n, y1);
+        }
+        {
+          tbb::global_control two(tbb::global_control::max_allowed_parallelism, 2);
+          gemm(p.view(), std::span<const float>(x.data(), n * cols), n, yt);
+        }
+        EXPECT_EQ(y1, yt) << what << " n=" << n;
+        if (!l.vnni) continue;
+        // The VNNI kernels add a row's blocks in one order at every batch size: the last
+        // activation row of the batch gives what it gives alone, bit for bit (whole groups).
+        std::vector<float> alone(rows);
+        gemv(p.view(), std::span<const float>(x.data() + (n - 1) * cols, cols), alone);
+        for (std::size_t r = 0; r < rows / kVnniRows * kVnniRows; ++r)
+          ASSERT_EQ(y1[(n - 1) * rows + r], alone[r]) << what << " n=" << n << " row " << r;
       }
-      {
-        tbb::global_control two(tbb::global_control::max_allowed_parallelism, 2);
-        gemm(p.view(), std::span<const float>(x.data(), n * cols), n, yt);
-      }
-      EXPECT_EQ(y1, yt) << name(t) << " n=" << n;
     }
   }
+}
+
+// The VNNI order byte by byte, as quant/repack.h documents it, on codes that name their row
+// and element.
+TEST(QuantRepack, VnniOrderIsTheDocumentedOne) {
+  const std::size_t rows = kVnniRows, cols = 64;
+  for (Type t : {Type::kQ4_0, Type::kQ8_0}) {
+    const std::size_t bb = traits(t).block_bytes;
+    std::vector<std::uint8_t> plain(rows * 2 * bb);
+    // Element e of block b in row r: Q4_0 code (e + r + b) % 16, Q8_0 value 3e + r - 50 + b.
+    auto q4_code = [](std::size_t r, std::size_t b, std::size_t e) {
+      return static_cast<std::uint8_t>((e + r + b) % 16);
+    };
+    auto q8_value = [](std::size_t r, std::size_t b, std::size_t e) {
+      return static_cast<std::int8_t>(3 * static_cast<int>(e) + static_cast<int>(r + b) - 50);
+    };
+    for (std::size_t r = 0; r < rows; ++r) {
+      for (std::size_t b = 0; b < 2; ++b) {
+        std::uint8_t* blk = plain.data() + (r * 2 + b) * bb;
+        blk[0] = static_cast<std::uint8_t>(r);  // f16 scale bytes, any value
+        blk[1] = static_cast<std::uint8_t>(0x30 + b);
+        for (std::size_t e = 0; e < 32; ++e) {
+          if (t == Type::kQ8_0) {
+            blk[2 + e] = static_cast<std::uint8_t>(q8_value(r, b, e));
+          } else {
+            blk[2 + e % 16] |= static_cast<std::uint8_t>(q4_code(r, b, e) << (e < 16 ? 0 : 4));
+          }
+        }
+      }
+    }
+    MatrixView w;
+    w.type = t;
+    w.rows = rows;
+    w.cols = cols;
+    w.data = plain;
+    const Repacked p = repack_vnni(w);
+    const std::size_t payload = t == Type::kQ8_0 ? 512 : 256;
+    for (std::size_t b = 0; b < 2; ++b) {
+      const std::uint8_t* sup = p.data.data() + b * rows * bb;
+      for (std::size_t r = 0; r < rows; ++r) {
+        EXPECT_EQ(sup[payload + 2 * r], r) << name(t);
+        EXPECT_EQ(sup[payload + 2 * r + 1], 0x30 + b) << name(t);
+        for (std::size_t j = 0; j < 4; ++j) {
+          if (t == Type::kQ8_0) {
+            for (std::size_t k = 0; k < 8; ++k)
+              EXPECT_EQ(sup[64 * k + 4 * r + j], static_cast<std::uint8_t>(q8_value(r, b, 4 * k + j) + 128))
+                  << "Q8_0 block " << b << " row " << r << " element " << 4 * k + j;
+          } else {
+            for (std::size_t c = 0; c < 4; ++c)
+              EXPECT_EQ(sup[64 * c + 4 * r + j], q4_code(r, b, 8 * c + j) | q4_code(r, b, 8 * c + 4 + j) << 4)
+                  << "Q4_0 block " << b << " row " << r << " chunk " << c << " byte " << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantRepack, VnniRejectsWhatItCannotHold) {
+  const QuantizedMatrix mx = quantize(Type::kMXFP4, std::vector<float>(16 * 64, 0.5f), 16, 64);
+  EXPECT_FALSE(can_repack_vnni(Type::kMXFP4));
+  EXPECT_THROW(repack_vnni(mx.view()), InputError);
+  const QuantizedMatrix q4 = quantize(Type::kQ4_0, std::vector<float>(16 * 64, 0.5f), 16, 64);
+  const Repacked p = repack_vnni(q4.view());
+  EXPECT_THROW(repack_vnni(p.view()), InputError);  // already repacked
+  EXPECT_THROW(repack(p.view()), InputError);
+  MatrixView bad = q4.view();
+  bad.vnni = true;  // without the 16-row interleave
+  EXPECT_THROW(validate(bad), InputError);
+  bad.interleave = 8;
+  EXPECT_THROW(validate(bad), InputError);
+  MatrixView bad_type = repack(mx.view(), 16).view();
+  bad_type.vnni = true;
+  EXPECT_THROW(validate(bad_type), InputError);
+  EXPECT_NE(describe(p.view()).find("VNNI"), std::string::npos);
 }
 
 }  // namespace
