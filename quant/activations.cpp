@@ -144,27 +144,43 @@ Activations Activations::prepare(ActFormat format, std::span<const float> x, std
   } else {
     for (size_t r = 0; r < rows; ++r) one_row(r);
   }
-  if (format != ActFormat::kQ8K && rows >= kInterleaveMinRows) {
-    const size_t nb2 = v.blocks;
+  if (rows >= kInterleaveMinRows) {
+    const bool k = format == ActFormat::kQ8K;
+    const size_t blocks = v.blocks, nb32 = cols / 32;
     v.groups16 = (rows + 15) / 16;
-    a.qs16_.assign(v.groups16 * nb2 * 512, 0);
-    a.d16_.assign(v.groups16 * nb2 * 16, 0.0f);
-    a.nisum16_.assign(v.groups16 * nb2 * 16, 0);
+    a.qs16_.assign(v.groups16 * nb32 * 512, 0);
+    a.d16_.assign(v.groups16 * blocks * 16, 0.0f);
+    if (k) {
+      a.bsums16_.assign(v.groups16 * blocks * 8 * 32, 0);
+    } else {
+      a.nisum16_.assign(v.groups16 * blocks * 16, 0);
+    }
     for (size_t r = 0; r < rows; ++r) {
       const size_t g = r / 16, lane = r % 16;
-      for (size_t b = 0; b < nb2; ++b) {
-        const size_t gb = g * nb2 + b;
+      for (size_t b = 0; b < nb32; ++b) {
         const std::int8_t* src = a.qs_.data() + r * cols + 32 * b;
         for (size_t j = 0; j < 8; ++j) {
-          std::memcpy(a.qs16_.data() + gb * 512 + j * 64 + lane * 4, src + 4 * j, 4);
+          std::memcpy(a.qs16_.data() + (g * nb32 + b) * 512 + j * 64 + lane * 4, src + 4 * j, 4);
         }
-        a.d16_[gb * 16 + lane] = a.d_[r * nb2 + b];
-        a.nisum16_[gb * 16 + lane] = -a.isum_[r * nb2 + b];
+      }
+      for (size_t b = 0; b < blocks; ++b) {
+        const size_t gb = g * blocks + b;
+        a.d16_[gb * 16 + lane] = a.d_[r * blocks + b];
+        if (!k) {
+          a.nisum16_[gb * 16 + lane] = -a.isum_[r * blocks + b];
+          continue;
+        }
+        for (size_t p = 0; p < 8; ++p) {
+          std::int16_t* dst = a.bsums16_.data() + ((gb * 8 + p) * 16 + lane) * 2;
+          dst[0] = a.bsums_[(r * blocks + b) * 16 + 2 * p];
+          dst[1] = a.bsums_[(r * blocks + b) * 16 + 2 * p + 1];
+        }
       }
     }
     v.qs16 = a.qs16_.data();
     v.d16 = a.d16_.data();
-    v.nisum16 = a.nisum16_.data();
+    v.nisum16 = a.nisum16_.empty() ? nullptr : a.nisum16_.data();
+    v.bsums16 = a.bsums16_.empty() ? nullptr : a.bsums16_.data();
   }
   v.qs = a.qs_.data();
   v.d = a.d_.data();

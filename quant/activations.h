@@ -28,13 +28,16 @@ struct ActView {
   const float* row_xsum = nullptr;      // Q8 32: per row, exact sum of x             [rows]
   const std::int16_t* bsums = nullptr;  // Q8_K: sums of 16 codes      [rows, blocks*16]
 
-  // Q8 32 with rows >= kInterleaveMinRows: the same codes for GEMM kernels, grouped by 16
-  // activation rows (padded with zeros): for group g and block b, 8 chunks of 64 bytes, chunk
-  // j holding bytes 4j..4j+3 of the block for each of the 16 rows (row = int32 lane).
+  // Rows >= kInterleaveMinRows: the same codes for GEMM kernels, grouped by 16 activation
+  // rows (padded with zeros): for group g and 32-code block b, 8 chunks of 64 bytes, chunk j
+  // holding bytes 4j..4j+3 of the block for each of the 16 rows (row = int32 lane). For Q8_K
+  // the 32-code blocks are the 8 consecutive eighths of each 256-block.
   std::size_t groups16 = 0;
-  const std::int8_t* qs16 = nullptr;      // [groups16, blocks, 8, 16, 4]
+  const std::int8_t* qs16 = nullptr;      // [groups16, cols / 32, 8, 16, 4]
   const float* d16 = nullptr;             // [groups16, blocks, 16]
-  const std::int32_t* nisum16 = nullptr;  // [groups16, blocks, 16]
+  const std::int32_t* nisum16 = nullptr;  // Q8 32: [groups16, blocks, 16]
+  // Q8_K: the 16 sums of 16 codes of each 256-block, two sums (2p, 2p + 1) per int32 lane.
+  const std::int16_t* bsums16 = nullptr;  // [groups16, blocks, 8, 16, 2]
 };
 
 // Activation row counts from which the 16-row interleaved copy is built.
@@ -74,6 +77,7 @@ class Activations {
   std::vector<std::int8_t> qs16_;
   std::vector<float> d16_;
   std::vector<std::int32_t> nisum16_;
+  std::vector<std::int16_t> bsums16_;
 };
 
 }  // namespace k3::quant

@@ -1191,6 +1191,103 @@ K3_512 void row_q2_k_n(const MatrixView& w, size_t row, const ActView& a, size_t
     y[(a0 + i) * ldy + row] = _mm512_reduce_add_ps(acc[i]) - hsum256(accm[i]);
 }
 
+// Q2_K at batch >= kInterleaveMinRows, on the 16-row interleaved activations (one activation
+// row per int32 lane): 4 weight rows at a time, each block's codes decoded once with the
+// sub-block scale folded in (u * sc <= 45), then one vpdpbusd per 4 codes of a weight row
+// serves 16 activation rows. The min term is 8 vpdpwssd on the interleaved bsums. Per weight
+// row and activation row the blocks are added in order, as the row kernel does.
+template <int NR>
+K3_512 void q2_k_rows16(const MatrixView& w, size_t r0, const ActView& a, float* y, size_t ldy) {
+  const size_t nb = a.blocks, nb32 = a.cols / 32;
+  const uint8_t* rows[NR];
+  for (int r = 0; r < NR; ++r) rows[r] = block_row<256, 84>(w, r0 + r);
+  const __m512i m3 = _mm512_set1_epi8(3);
+  for (size_t g = 0; g < a.groups16; ++g) {
+    __m512 acc[NR], accm[NR];
+    for (int r = 0; r < NR; ++r) acc[r] = accm[r] = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; ++b) {
+      alignas(64) uint8_t folded[NR][256];
+      std::int32_t min_pairs[NR][8];
+      float d[NR], dmin[NR];
+      for (int r = 0; r < NR; ++r) {
+        const uint8_t* blk = rows[r] + 84 * b;
+        const __m128i sc8 = load128(blk + layout::kQ2KScales);
+        const __m512i sc16 =
+            _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sc8, _mm_set1_epi8(0x0f))));
+        const __m128i mins8 = _mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0f));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(min_pairs[r]), _mm256_cvtepu8_epi16(mins8));
+        d[r] = _cvtsh_ss(load_u16(blk + layout::kQ2KD));
+        dmin[r] = _cvtsh_ss(load_u16(blk + layout::kQ2KDmin));
+        for (int h = 0; h < 2; ++h) {
+          const __m256i q32 = load256(blk + layout::kQ2KQs + 32 * h);
+          const __m512i z02 =
+              _mm512_inserti64x4(_mm512_castsi256_si512(q32), _mm256_srli_epi16(q32, 2), 1);
+          const __m512i z46 = _mm512_srli_epi16(z02, 4);
+          for (int s = 0; s < 4; s += 2) {
+            const int c = 4 * h + s;
+            const __m512i u = _mm512_and_si512(s == 0 ? z02 : z46, m3);
+            const __m512i sc =
+                _mm512_permutexvar_epi16(scale_index(static_cast<short>(2 * c)), sc16);
+            const __m512i table = _mm512_mullo_epi16(sc, _mm512_set1_epi32(0x03020100));
+            _mm512_store_si512(folded[r] + 32 * c, _mm512_shuffle_epi8(table, u));
+          }
+        }
+      }
+      const std::int8_t* xq = a.qs16 + (g * nb32 + 8 * b) * 512;
+      __m512i even[NR], odd[NR];
+      for (int r = 0; r < NR; ++r) even[r] = odd[r] = _mm512_setzero_si512();
+      for (int q = 0; q < 64; q += 2) {  // quads of codes 4q .. 4q + 7
+        const __m512i x0 = load512(xq + 64 * q), x1 = load512(xq + 64 * (q + 1));
+        for (int r = 0; r < NR; ++r) {
+          std::int32_t w0, w1;
+          std::memcpy(&w0, folded[r] + 4 * q, 4);
+          std::memcpy(&w1, folded[r] + 4 * q + 4, 4);
+          even[r] = _mm512_dpbusd_epi32(even[r], _mm512_set1_epi32(w0), x0);
+          odd[r] = _mm512_dpbusd_epi32(odd[r], _mm512_set1_epi32(w1), x1);
+        }
+      }
+      const std::int16_t* bs = a.bsums16 + (g * nb + b) * 8 * 32;
+      const __m512 dx = _mm512_loadu_ps(a.d16 + (g * nb + b) * 16);
+      for (int r = 0; r < NR; ++r) {
+        __m512i msum = _mm512_setzero_si512();
+        for (int p = 0; p < 8; ++p)
+          msum = _mm512_dpwssd_epi32(msum, load512(bs + 32 * p), _mm512_set1_epi32(min_pairs[r][p]));
+        const __m512i sum = _mm512_add_epi32(even[r], odd[r]);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(_mm512_set1_ps(d[r]), dx), acc[r]);
+        accm[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum),
+                                  _mm512_mul_ps(_mm512_set1_ps(dmin[r]), dx), accm[r]);
+      }
+    }
+    const size_t lanes = std::min<size_t>(16, a.rows - 16 * g);
+    for (int r = 0; r < NR; ++r) {
+      alignas(64) float out[16];
+      _mm512_store_ps(out, _mm512_sub_ps(acc[r], accm[r]));
+      for (size_t l = 0; l < lanes; ++l) y[(16 * g + l) * ldy + r0 + r] = out[l];
+    }
+  }
+}
+
+K3_512 void q2_k_tile(const MatrixView& w, size_t u0, size_t nu, const ActView& a, float* y,
+                      size_t ldy) {
+  size_t r = u0;
+  if (a.bsums16 != nullptr) {
+    for (; r + 4 <= u0 + nu; r += 4) q2_k_rows16<4>(w, r, a, y, ldy);
+    for (; r < u0 + nu; ++r) q2_k_rows16<1>(w, r, a, y, ldy);
+    return;
+  }
+  for (size_t a0 = 0; a0 < a.rows; a0 += kMaxActs) {
+    const size_t na = std::min(kMaxActs, a.rows - a0);
+    for (size_t u = u0; u < u0 + nu; ++u) {
+      switch (na) {
+        case 1: row_q2_k_n<1>(w, u, a, a0, y, ldy); break;
+        case 2: row_q2_k_n<2>(w, u, a, a0, y, ldy); break;
+        case 3: row_q2_k_n<3>(w, u, a, a0, y, ldy); break;
+        default: row_q2_k_n<4>(w, u, a, a0, y, ldy); break;
+      }
+    }
+  }
+}
+
 template <int NA>
 K3_512 void row_q3_k_n(const MatrixView& w, size_t row, const ActView& a, size_t a0, float* y,
                        size_t ldy) {
@@ -1300,6 +1397,7 @@ KernelTable make_table() {
   t.tile[static_cast<size_t>(Type::kMXFP4)] = q8_tile<Mxfp4D>;
   t.tile[static_cast<size_t>(Type::kMXFP4Packed)] = q8_tile<Mxfp4PackedD>;
   t.tile[static_cast<size_t>(Type::kModelSlimInt8)] = q8_tile<MsInt8D>;
+  t.tile[static_cast<size_t>(Type::kQ2_K)] = q2_k_tile;
   t.repacked[static_cast<size_t>(Type::kQ8_0)] = repacked_tile<RQ8_0D, Type::kQ8_0>;
   t.repacked[static_cast<size_t>(Type::kQ4_0)] = repacked_tile<RQ4_0D, Type::kQ4_0>;
   t.repacked[static_cast<size_t>(Type::kMXFP4)] = repacked_tile<RMxfp4D, Type::kMXFP4>;
