@@ -230,6 +230,39 @@ K3_512 void float_block(const MatrixView& w, size_t r0, const ActView& a, size_t
   }
 }
 
+// Batch 1 on R rows read as R streams, one 64-byte line per row per step with one prefetch
+// each (kFloatPrefetch ahead); one accumulator per row added in the order of float_block, so
+// the bits do not depend on the path.
+inline constexpr size_t kFloatPrefetch = 2048;
+
+template <Type T, int R>
+K3_512 void float_gemv(const MatrixView& w, size_t r0, const ActView& a, float* y) {
+  constexpr size_t kEs = T == Type::kF32 ? 4 : 2;
+  constexpr size_t kStep = 64 / kEs;  // elements per line
+  const size_t n = w.cols;
+  const uint8_t* p[R];
+  for (int r = 0; r < R; ++r) p[r] = block_row<1, kEs>(w, r0 + r);
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  size_t k = 0;
+  for (; k + kStep <= n; k += kStep) {
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(p[r] + kEs * k) + kFloatPrefetch, _MM_HINT_T1);
+      for (size_t h = 0; h < kStep; h += 16)
+        acc[r] = _mm512_fmadd_ps(load_w16<T>(p[r] + kEs * (k + h)), _mm512_loadu_ps(a.f32 + k + h), acc[r]);
+    }
+  }
+  for (; k < n; k += 16) {
+    const size_t left = n - k;
+    const __mmask16 m =
+        left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
+    const __m512 xv = _mm512_maskz_loadu_ps(m, a.f32 + k);
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm512_fmadd_ps(load_w16_masked<T>(p[r] + kEs * k, m), xv, acc[r]);
+  }
+  for (int r = 0; r < R; ++r) y[r0 + r] = _mm512_reduce_add_ps(acc[r]);
+}
+
 // Rows in groups of 4 (then 1), activations in groups of 4 (then 1..3).
 template <Type T, int R>
 K3_512 void float_rows(const MatrixView& w, size_t r0, const ActView& a, float* y, size_t ldy) {
@@ -254,6 +287,9 @@ template <Type T>
 K3_512 void float_tile(const MatrixView& w, size_t u0, size_t nu, const ActView& a, float* y,
                        size_t ldy) {
   size_t r = u0;
+  if (a.rows == 1) {
+    for (; r + 8 <= u0 + nu; r += 8) float_gemv<T, 8>(w, r, a, y);
+  }
   for (; r + 4 <= u0 + nu; r += 4) float_rows<T, 4>(w, r, a, y, ldy);
   for (; r < u0 + nu; ++r) float_rows<T, 1>(w, r, a, y, ldy);
 }
