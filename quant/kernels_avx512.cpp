@@ -876,12 +876,13 @@ inline constexpr size_t kVnniSuper = T == Type::kQ4_0 ? 16 * 18 : 16 * 34;
 template <Type T>
 inline constexpr int kVnniOffset = T == Type::kQ4_0 ? 8 : 128;  // stored code = value + offset
 
-// Batch 1 streams this many 16-row groups side by side, each a sequential stream of its own,
-// prefetched kVnniPrefetch bytes ahead into L2. Measured against ggml's AMX buffer on the
-// development host (2026-11-30, docs/PERFORMANCE.md): 8 streams at 2 KiB beat 1, 2 and 4
-// streams and 1 or 4 KiB.
+// Batch 1 streams 8 16-row groups side by side, each a sequential stream of its own,
+// prefetched into L2 about 7 super-blocks ahead (2 KiB for Q4_0, 4 KiB for Q8_0). Measured
+// against ggml's AMX buffer on the development host (2026-11-30, docs/PERFORMANCE.md): 8
+// streams beat 1, 2 and 4; for Q8_0, 4 KiB beat 2 KiB and no prefetch.
 inline constexpr size_t kVnniStreams = 8;
-inline constexpr size_t kVnniPrefetch = 2048;
+template <Type T>
+inline constexpr size_t kVnniPrefetch = T == Type::kQ4_0 ? 2048 : 4096;
 
 K3_512_INLINE __m512i broadcast_quad(const std::int8_t* p) {
   std::int32_t quad;
@@ -930,7 +931,7 @@ K3_512 void vnni_gemv_groups(const uint8_t* g, size_t gstride, const ActView& a,
     for (size_t s = 0; s < S; ++s) {
       const uint8_t* p = g + s * gstride + b * kSuper;
       for (size_t o = 0; o < kSuper; o += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(p) + kVnniPrefetch + o, _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(p) + kVnniPrefetch<T> + o, _MM_HINT_T1);
       acc[s] = vnni_accumulate<T>(p, x, a.nisum[b], a.d[b], acc[s]);
     }
   }
