@@ -51,6 +51,7 @@ void copy_vnni_row(Type type, size_t cols, size_t r, const std::uint8_t* src, st
     std::uint8_t* d_blk = to_plain ? dst + b * bb : nullptr;
     if (to_plain) {
       std::memcpy(d_blk, s_sup + payload + 2 * r, 2);
+      if (type == Type::kQ4_0) std::memset(d_blk + 2, 0, 16);
     } else {
       std::memcpy(d_sup + payload + 2 * r, s_blk, 2);
     }
@@ -71,29 +72,42 @@ void copy_vnni_row(Type type, size_t cols, size_t r, const std::uint8_t* src, st
         const size_t at = 64 * (k / 2) + 4 * r + j;
         const int vshift = (k % 2) * 4, pshift = e < 16 ? 0 : 4;
         const size_t pbyte = 2 + e % 16;
+        // Both directions OR the nibble into a zeroed byte (the repacked buffer starts zeroed,
+        // the plain payload is cleared below).
         if (to_plain) {
           const auto code = static_cast<std::uint8_t>((s_sup[at] >> vshift) & 0x0f);
-          d_blk[pbyte] = static_cast<std::uint8_t>((d_blk[pbyte] & ~(0x0f << pshift)) | code << pshift);
+          d_blk[pbyte] = static_cast<std::uint8_t>(d_blk[pbyte] | code << pshift);
         } else {
           const auto code = static_cast<std::uint8_t>((s_blk[pbyte] >> pshift) & 0x0f);
-          d_sup[at] = static_cast<std::uint8_t>((d_sup[at] & ~(0x0f << vshift)) | code << vshift);
+          d_sup[at] = static_cast<std::uint8_t>(d_sup[at] | code << vshift);
         }
       }
     }
   }
 }
 
-// Interleaves every full group of w (plain) into dst with `copy_row`, copies the tail rows.
+// w (plain) repacked by r rows: every full group interleaved with `copy_row(k, row, group)`
+// (row k of the group), the tail rows copied.
 template <class CopyRow>
-void interleave_groups(const MatrixView& w, size_t r, std::uint8_t* dst, CopyRow copy_row) {
+Repacked interleaved(const MatrixView& w, size_t r, bool vnni, CopyRow copy_row) {
+  Repacked out;
+  out.type = w.type;
+  out.rows = w.rows;
+  out.cols = w.cols;
+  out.interleave = r;
+  out.vnni = vnni;
+  out.data.assign(w.data.size(), 0);
+  if (w.rows == 0 || w.cols == 0) return out;
   const size_t rb = row_bytes(w.type, w.cols), groups = w.rows / r;
   const std::uint8_t* src = w.data.data();
+  std::uint8_t* dst = out.data.data();
   tbb::parallel_for(tbb::blocked_range<size_t>(0, groups, 16), [&](const tbb::blocked_range<size_t>& g) {
     for (size_t i = g.begin(); i < g.end(); ++i) {
       for (size_t k = 0; k < r; ++k) copy_row(k, src + (i * r + k) * rb, dst + i * r * rb);
     }
   });
   std::memcpy(dst + groups * r * rb, src + groups * r * rb, (w.rows - groups * r) * rb);
+  return out;
 }
 
 }  // namespace
@@ -122,18 +136,10 @@ Repacked repack(const MatrixView& w, size_t rows_per_group) {
                      std::to_string(rows_per_group) + " rows" +
                      (w.interleave != 0 ? " (already repacked)" : ""));
   }
-  Repacked out;
-  out.type = w.type;
-  out.rows = w.rows;
-  out.cols = w.cols;
-  out.interleave = rows_per_group;
-  out.data.resize(w.data.size());
-  if (w.rows == 0 || w.cols == 0) return out;
   const size_t r = rows_per_group;
-  interleave_groups(w, r, out.data.data(), [&](size_t k, const std::uint8_t* row, std::uint8_t* group) {
+  return interleaved(w, r, false, [&](size_t k, const std::uint8_t* row, std::uint8_t* group) {
     copy_group_row(w.type, w.cols, k, r, row, group, false);
   });
-  return out;
 }
 
 Repacked repack_vnni(const MatrixView& w) {
@@ -142,18 +148,9 @@ Repacked repack_vnni(const MatrixView& w) {
     throw InputError("quant: cannot repack " + describe(w) + " into the VNNI order" +
                      (w.interleave != 0 ? " (already repacked)" : " (Q8_0 and Q4_0 only)"));
   }
-  Repacked out;
-  out.type = w.type;
-  out.rows = w.rows;
-  out.cols = w.cols;
-  out.interleave = kVnniRows;
-  out.vnni = true;
-  out.data.assign(w.data.size(), 0);
-  if (w.rows == 0 || w.cols == 0) return out;
-  interleave_groups(w, kVnniRows, out.data.data(), [&](size_t k, const std::uint8_t* row, std::uint8_t* group) {
+  return interleaved(w, kVnniRows, true, [&](size_t k, const std::uint8_t* row, std::uint8_t* group) {
     copy_vnni_row(w.type, w.cols, k, row, group, false);
   });
-  return out;
 }
 
 void unpack_rows(const MatrixView& w, size_t first, size_t count, std::uint8_t* dst) {
