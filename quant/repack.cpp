@@ -37,51 +37,52 @@ void copy_group_row(Type type, size_t cols, size_t r_in_group, size_t interleave
   }
 }
 
+// Where a code sits: its byte and, for Q4_0, the nibble's shift (0 or 4).
+struct CodeAt {
+  size_t byte;
+  int shift;
+};
+
+// Element e (0..31) of a plain Q8_0/Q4_0 block: after the 2 scale bytes; Q4_0 keeps elements
+// 0-15 in the low nibbles and 16-31 in the high nibbles of the 16 payload bytes.
+CodeAt plain_at(Type type, size_t e) {
+  if (type == Type::kQ8_0) return {2 + e, 0};
+  return {2 + e % 16, e < 16 ? 0 : 4};
+}
+
+// Element e of row r in a VNNI super-block (repack.h): 4-element group k = e / 4 is chunk k
+// (Q8_0), or the low (k even) / high (k odd) nibbles of chunk k / 2 (Q4_0), at byte 4r + e % 4.
+CodeAt vnni_at(Type type, size_t r, size_t e) {
+  const size_t k = e / 4, j = e % 4;
+  if (type == Type::kQ8_0) return {64 * k + 4 * r + j, 0};
+  return {64 * (k / 2) + 4 * r + j, static_cast<int>(k % 2) * 4};
+}
+
 // The same for the VNNI order (repack.h): row `r` of a 16-row group between its plain row and
-// the group's super-blocks.
+// the group's super-blocks. The destination's payload bytes start zeroed (the repacked buffer
+// is allocated zeroed; the plain payload is cleared here), each code is ORed in; Q8_0 codes
+// change sign bit (stored +128 in the VNNI order) in both directions.
 void copy_vnni_row(Type type, size_t cols, size_t r, const std::uint8_t* src, std::uint8_t* dst,
                    bool to_plain) {
   const size_t bb = traits(type).block_bytes, blocks = cols / 32;
-  const size_t payload = kVnniRows * (bb - 2);  // the 16 scales follow the codes
+  const size_t scales = kVnniRows * (bb - 2);  // the 16 scales follow the codes
+  const unsigned mask = type == Type::kQ8_0 ? 0xff : 0x0f;
+  const unsigned flip = type == Type::kQ8_0 ? 0x80 : 0;
   for (size_t b = 0; b < blocks; ++b) {
-    const size_t sup = b * kVnniRows * bb;
-    const std::uint8_t* s_sup = to_plain ? src + sup : nullptr;
-    std::uint8_t* d_sup = to_plain ? nullptr : dst + sup;
-    const std::uint8_t* s_blk = to_plain ? nullptr : src + b * bb;
-    std::uint8_t* d_blk = to_plain ? dst + b * bb : nullptr;
+    const size_t sup = b * kVnniRows * bb, blk = b * bb;
     if (to_plain) {
-      std::memcpy(d_blk, s_sup + payload + 2 * r, 2);
-      if (type == Type::kQ4_0) std::memset(d_blk + 2, 0, 16);
+      std::memcpy(dst + blk, src + sup + scales + 2 * r, 2);
+      std::memset(dst + blk + 2, 0, bb - 2);
     } else {
-      std::memcpy(d_sup + payload + 2 * r, s_blk, 2);
+      std::memcpy(dst + sup + scales + 2 * r, src + blk, 2);
     }
-    for (size_t k = 0; k < 8; ++k) {    // 4-element group k of the block
-      for (size_t j = 0; j < 4; ++j) {  // element e = 4k + j
-        const size_t e = 4 * k + j;
-        if (type == Type::kQ8_0) {
-          const size_t at = 64 * k + 4 * r + j;
-          if (to_plain) {
-            d_blk[2 + e] = static_cast<std::uint8_t>(s_sup[at] ^ 0x80);
-          } else {
-            d_sup[at] = static_cast<std::uint8_t>(s_blk[2 + e] ^ 0x80);
-          }
-          continue;
-        }
-        // Q4_0: plain element e is nibble e / 16 of byte e % 16; VNNI element 8p + j is the
-        // low nibble and 8p + 4 + j the high nibble of byte 4r + j of chunk p.
-        const size_t at = 64 * (k / 2) + 4 * r + j;
-        const int vshift = (k % 2) * 4, pshift = e < 16 ? 0 : 4;
-        const size_t pbyte = 2 + e % 16;
-        // Both directions OR the nibble into a zeroed byte (the repacked buffer starts zeroed,
-        // the plain payload is cleared below).
-        if (to_plain) {
-          const auto code = static_cast<std::uint8_t>((s_sup[at] >> vshift) & 0x0f);
-          d_blk[pbyte] = static_cast<std::uint8_t>(d_blk[pbyte] | code << pshift);
-        } else {
-          const auto code = static_cast<std::uint8_t>((s_blk[pbyte] >> pshift) & 0x0f);
-          d_sup[at] = static_cast<std::uint8_t>(d_sup[at] | code << vshift);
-        }
-      }
+    for (size_t e = 0; e < 32; ++e) {
+      const CodeAt p = plain_at(type, e), v = vnni_at(type, r, e);
+      const CodeAt from = to_plain ? v : p, to = to_plain ? p : v;
+      const std::uint8_t* in = src + (to_plain ? sup : blk);
+      std::uint8_t* out = dst + (to_plain ? blk : sup);
+      const unsigned code = ((in[from.byte] >> from.shift) & mask) ^ flip;
+      out[to.byte] = static_cast<std::uint8_t>(out[to.byte] | code << to.shift);
     }
   }
 }
