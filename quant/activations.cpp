@@ -145,12 +145,12 @@ Activations Activations::prepare(ActFormat format, std::span<const float> x, std
     for (size_t r = 0; r < rows; ++r) one_row(r);
   }
   if (rows >= kInterleaveMinRows) {
-    const bool k = format == ActFormat::kQ8K;
+    const bool q8k = format == ActFormat::kQ8K;
     const size_t blocks = v.blocks, nb32 = cols / 32;
     v.groups16 = (rows + 15) / 16;
     a.qs16_.assign(v.groups16 * nb32 * 512, 0);
     a.d16_.assign(v.groups16 * blocks * 16, 0.0f);
-    if (k) {
+    if (q8k) {
       a.bsums16_.assign(v.groups16 * blocks * 8 * 32, 0);
     } else {
       a.nisum16_.assign(v.groups16 * blocks * 16, 0);
@@ -166,7 +166,7 @@ Activations Activations::prepare(ActFormat format, std::span<const float> x, std
       for (size_t b = 0; b < blocks; ++b) {
         const size_t gb = g * blocks + b;
         a.d16_[gb * 16 + lane] = a.d_[r * blocks + b];
-        if (!k) {
+        if (!q8k) {
           a.nisum16_[gb * 16 + lane] = -a.isum_[r * blocks + b];
           continue;
         }

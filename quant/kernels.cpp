@@ -102,14 +102,13 @@ void unpacked_tile(const MatrixView& w, size_t row0, size_t nrows, const ActView
 void run_repacked(const MatrixView& w, const ActView& a, float* out, Isa isa) {
   const size_t ri = w.interleave;
   const size_t groups = w.rows / ri, full = groups * ri;
+  const auto i = static_cast<size_t>(w.type);
   TileKernel rk = nullptr;
   size_t tile_groups = std::max<size_t>(1, detail::kTileUnits / ri);
   if (w.vnni) {
-    const auto i = static_cast<size_t>(w.type);
     if (isa >= Isa::kAvx512) rk = detail::avx512_kernels().vnni[i];
     tile_groups = detail::kVnniTileGroups;
   } else if (ri == kRepackRows) {
-    const auto i = static_cast<size_t>(w.type);
     if (isa >= Isa::kAvx2 && detail::avx2_kernels().repacked[i] != nullptr)
       rk = detail::avx2_kernels().repacked[i];
     if (isa >= Isa::kAvx512 && detail::avx512_kernels().repacked[i] != nullptr)

@@ -1151,6 +1151,27 @@ K3_512_INLINE __m512i scale_index(short j0) {
                           a, a, a, a, a, a, a);
 }
 
+// A Q2_K block's 16 sub-block scales as words (low 256 bits of a zmm, for scale_index) and its
+// 16 mins as words.
+struct Q2KScales {
+  __m512i sc16;
+  __m256i mins;
+};
+K3_512_INLINE Q2KScales q2_k_scales(const uint8_t* blk) {
+  const __m128i sc8 = load128(blk + layout::kQ2KScales);
+  const __m128i m4 = _mm_set1_epi8(0x0f);
+  return {_mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sc8, m4))),
+          _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4))};
+}
+
+// Q2_K codes u (0..3) times their sub-block scale sc (0..15, one sub-block per 128-bit lane, sc
+// as words as scale_index spreads them): u * sc <= 45, looked up in each lane's table {0, sc,
+// 2 sc, 3 sc}, which one word multiply builds. Folding the scale into the codes lets one
+// vpdpbusd per activation row replace vpmaddubsw + vpdpwssd, with the same integer sums.
+K3_512_INLINE __m512i q2_k_fold_scale(__m512i u, __m512i sc) {
+  return _mm512_shuffle_epi8(_mm512_mullo_epi16(sc, _mm512_set1_epi32(0x03020100)), u);
+}
+
 // One 256-block: 64 elements per step (chunks c, c+1 of 32 elements, c = 4h + s, s in {0, 2}).
 // Q2_K: u = code (0..3); Q3_K: u = code + 4 * high bit (0..7). Returns the int32 lanes of
 // sum_j sc_j (u . qx)_j for every activation row.
@@ -1175,12 +1196,9 @@ K3_512_INLINE void kquant_block(const uint8_t* qs, __m256i hmask, __m512i sc16, 
       }
       const __m512i sc = _mm512_permutexvar_epi16(scale_index(static_cast<short>(2 * c)), sc16);
       if constexpr (!kQ3 && NA > 1) {
-        // Several activation rows: fold the scale into the codes once (u * sc <= 45, one
-        // 16-element sub-block per 128-bit lane, looked up in that lane's table {0, sc, 2 sc,
-        // 3 sc} made by one multiply), then one vpdpbusd per row instead of two instructions.
-        // The integer sums are the same, so batch 1 and batch n agree bit for bit.
-        const __m512i table = _mm512_mullo_epi16(sc, _mm512_set1_epi32(0x03020100));
-        const __m512i us = _mm512_shuffle_epi8(table, u);
+        // Several activation rows: fold the scale once, then one vpdpbusd per row. The integer
+        // sums are the same, so batch 1 and batch n agree bit for bit.
+        const __m512i us = q2_k_fold_scale(u, sc);
         for (int i = 0; i < NA; ++i) {
           const size_t ab = (a0 + i) * a.blocks + b;
           sum[i] = _mm512_dpbusd_epi32(sum[i], us, load512(a.qs + 256 * ab + 32 * c));
@@ -1211,11 +1229,7 @@ K3_512 void row_q2_k_n(const MatrixView& w, size_t row, const ActView& a, size_t
     const uint8_t* blk = p + 84 * b;
     prefetch(blk);
     prefetch(blk + 64);
-    const __m128i sc8 = load128(blk + layout::kQ2KScales);
-    const __m512i sc16 =
-        _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sc8, _mm_set1_epi8(0x0f))));
-    const __m256i mins =
-        _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0f)));
+    const auto [sc16, mins] = q2_k_scales(blk);
     const float d = _cvtsh_ss(load_u16(blk + layout::kQ2KD));
     const float dmin = _cvtsh_ss(load_u16(blk + layout::kQ2KDmin));
     __m512i sum[NA];
@@ -1253,11 +1267,8 @@ K3_512 void q2_k_rows16(const MatrixView& w, size_t r0, const ActView& a, float*
       float d[NR], dmin[NR];
       for (int r = 0; r < NR; ++r) {
         const uint8_t* blk = rows[r] + 84 * b;
-        const __m128i sc8 = load128(blk + layout::kQ2KScales);
-        const __m512i sc16 =
-            _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sc8, _mm_set1_epi8(0x0f))));
-        const __m128i mins8 = _mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0f));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(min_pairs[r]), _mm256_cvtepu8_epi16(mins8));
+        const auto [sc16, mins] = q2_k_scales(blk);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(min_pairs[r]), mins);
         d[r] = _cvtsh_ss(load_u16(blk + layout::kQ2KD));
         dmin[r] = _cvtsh_ss(load_u16(blk + layout::kQ2KDmin));
         for (int h = 0; h < 2; ++h) {
@@ -1270,8 +1281,7 @@ K3_512 void q2_k_rows16(const MatrixView& w, size_t r0, const ActView& a, float*
             const __m512i u = _mm512_and_si512(s == 0 ? z02 : z46, m3);
             const __m512i sc =
                 _mm512_permutexvar_epi16(scale_index(static_cast<short>(2 * c)), sc16);
-            const __m512i table = _mm512_mullo_epi16(sc, _mm512_set1_epi32(0x03020100));
-            _mm512_store_si512(folded[r] + 32 * c, _mm512_shuffle_epi8(table, u));
+            _mm512_store_si512(folded[r] + 32 * c, q2_k_fold_scale(u, sc));
           }
         }
       }
@@ -1317,16 +1327,11 @@ K3_512 void q2_k_tile(const MatrixView& w, size_t u0, size_t nu, const ActView& 
     for (; r < u0 + nu; ++r) q2_k_rows16<1>(w, r, a, y, ldy);
     return;
   }
+  // Fewer than kInterleaveMinRows activation rows: the row kernel, as without a tile kernel.
+  const RowKernel row = avx512_kernels().row[static_cast<size_t>(Type::kQ2_K)];
   for (size_t a0 = 0; a0 < a.rows; a0 += kMaxActs) {
     const size_t na = std::min(kMaxActs, a.rows - a0);
-    for (size_t u = u0; u < u0 + nu; ++u) {
-      switch (na) {
-        case 1: row_q2_k_n<1>(w, u, a, a0, y, ldy); break;
-        case 2: row_q2_k_n<2>(w, u, a, a0, y, ldy); break;
-        case 3: row_q2_k_n<3>(w, u, a, a0, y, ldy); break;
-        default: row_q2_k_n<4>(w, u, a, a0, y, ldy); break;
-      }
-    }
+    for (size_t u = u0; u < u0 + nu; ++u) row(w, u, a, a0, na, y, ldy);
   }
 }
 
