@@ -297,6 +297,15 @@ TEST(QuantRepack, VnniRejectsWhatItCannotHold) {
   bad_type.vnni = true;
   EXPECT_THROW(validate(bad_type), InputError);
   EXPECT_NE(describe(p.view()).find("VNNI"), std::string::npos);
+  // The messages name the matrix and what the VNNI order needs.
+  const std::string mx_msg = testing::input_error_of([&] { repack_vnni(mx.view()); });
+  EXPECT_NE(mx_msg.find("MXFP4 [16 x 64]"), std::string::npos) << mx_msg;
+  EXPECT_NE(mx_msg.find("Q8_0 and Q4_0 only"), std::string::npos) << mx_msg;
+  const std::string again = testing::input_error_of([&] { repack_vnni(p.view()); });
+  EXPECT_NE(again.find("already repacked"), std::string::npos) << again;
+  const std::string flag = testing::input_error_of([&] { validate(bad_type); });
+  EXPECT_NE(flag.find("VNNI order needs Q8_0 or Q4_0 rows interleaved by 16"), std::string::npos)
+      << flag;
 }
 
 }  // namespace

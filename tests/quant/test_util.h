@@ -1,17 +1,35 @@
 // Helpers shared by the quant tests: seeded random data and an fp64 reference product.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "quant/activations.h"
+#include "quant/error.h"
 #include "quant/quantize.h"
 #include "quant/reference.h"
 #include "quant/types.h"
 
 namespace k3::quant::testing {
+
+// The message of the InputError that f() throws (checking its input exit code), or a test
+// failure when it throws none.
+template <class F>
+std::string input_error_of(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.exit_code(), ExitCode::kInput);
+    return e.what();
+  }
+  ADD_FAILURE() << "no InputError thrown";
+  return {};
+}
 
 inline std::vector<float> gaussian(std::mt19937_64& rng, std::size_t n, float sigma = 1.0f) {
   std::normal_distribution<float> dist(0.0f, sigma);

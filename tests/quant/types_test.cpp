@@ -8,21 +8,12 @@
 #include "quant/kernels.h"
 #include "quant/quantize.h"
 #include "quant/types.h"
+#include "test_util.h"
 
 namespace k3::quant {
 namespace {
 
-template <class F>
-std::string input_error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    EXPECT_EQ(e.exit_code(), ExitCode::kInput);
-    return e.what();
-  }
-  ADD_FAILURE() << "no InputError thrown";
-  return {};
-}
+using testing::input_error_of;
 
 TEST(QuantTypes, GgufTraitsMatchGgml) {
   struct Expect {
