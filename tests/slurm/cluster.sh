@@ -40,7 +40,11 @@ if [[ ${#dir} -gt 60 ]]; then
   base=/tmp/k3slurm-$(printf %s "$dir" | cksum | cut -d' ' -f1)
 fi
 conf=$base/etc/slurm.conf
-socket=$base/munge/munge.socket
+# munged refuses a socket below any directory that not everyone can traverse, which a checkout
+# under a private directory (mktemp -d makes 0700 ones) has: the socket gets a directory of its
+# own in /tmp.
+sockdir=/tmp/k3munge-$(printf %s "$dir" | cksum | cut -d' ' -f1)
+socket=$sockdir/munge.socket
 
 # running PID: that process exists and is not a zombie.
 running() {
@@ -236,6 +240,7 @@ stop() {
   fi
   [[ $base == "$dir" ]] || rm -f "$base"
   gone "$ctld" "$slurmd" "$munged" || die "could not stop the daemons in $dir"
+  rm -rf "$sockdir"
 }
 
 start() {
@@ -251,7 +256,7 @@ start() {
   # Fresh state every start: no old jobs, nodes or job ids.
   rm -rf "${dir:?}"/{state,tmp,run,log,etc,munge}
   mkdir -p "$dir"/{state/ctld,state/d,tmp,run,log,etc,munge}
-  chmod 755 "$dir/munge" # munged requires a socket directory everyone can traverse
+  mkdir -p -m 755 "$sockdir"
   local port
   port=$(pick_ports)
   write_conf "$port"
