@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "dist/comm.h"
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::dist {
 

@@ -4,7 +4,7 @@
 #include <thread>
 
 #include "dist/runtime.h"
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::dist {
 

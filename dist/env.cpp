@@ -6,7 +6,7 @@
 #include <climits>
 #include <cstdlib>
 
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::dist {
 

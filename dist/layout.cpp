@@ -2,7 +2,7 @@
 
 #include <sstream>
 
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::dist {
 

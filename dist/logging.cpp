@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::dist {
 

@@ -14,7 +14,7 @@
 
 #include "dist/comm.h"
 #include "dist/env.h"
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::dist {
 

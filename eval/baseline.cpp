@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "common/json.h"
 #include "eval/text_file.h"
 
 namespace k3::eval {
@@ -74,9 +75,9 @@ double Baseline::threshold() const {
                                                       : accuracy - tolerance.value;
 }
 
-Baseline read_baseline(const std::filesystem::path& path) {
-  const std::string file = path.string();
-  const json root = parse_json_document(read_text_file(path, "baseline"), file, kExpected);
+namespace {
+
+Baseline baseline_from_json(const json& root, const std::string& file) {
   const Reader r(file);
   if (!root.is_object()) {
     throw InputError(file + ": found " + a_json_type(root) + "; " + kExpected);
@@ -163,6 +164,14 @@ Baseline read_baseline(const std::filesystem::path& path) {
     }
   }
   return b;
+}
+
+}  // namespace
+
+Baseline read_baseline(const std::filesystem::path& path) {
+  const std::string file = path.string();
+  return read_json(read_text_file(path, "baseline"), {file, kExpected},
+                   [&](const json& root) { return baseline_from_json(root, file); });
 }
 
 void check_baseline_fits(const Baseline& baseline, std::span<const std::size_t> evaluated_ids) {

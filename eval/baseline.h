@@ -25,7 +25,7 @@
 
 #include "eval/metrics.h"
 #include "eval/results.h"
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::eval {
 

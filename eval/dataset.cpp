@@ -2,8 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/error.h"
+#include "common/json.h"
 #include "eval/text_file.h"
-#include "quant/error.h"
 
 namespace k3::eval {
 
@@ -38,15 +39,16 @@ std::vector<Question> read_gsm8k(const std::filesystem::path& path) {
       throw InputError(where + ": empty line; " + kExpected +
                        " (blank lines are allowed only at the end)");
     }
-    const nlohmann::json j = parse_json_line(line.text, where, kExpected);
-    if (!j.is_object()) {
-      throw InputError(where + ": found " + a_json_type(j) + "; " + kExpected);
-    }
-    Question q;
-    q.line = line.number;
-    q.question = string_field(j, "question", where);
-    q.answer = string_field(j, "answer", where);
-    out.push_back(std::move(q));
+    out.push_back(read_json(line.text, {where, kExpected, true}, [&](const nlohmann::json& j) {
+      if (!j.is_object()) {
+        throw InputError(where + ": found " + a_json_type(j) + "; " + kExpected);
+      }
+      Question q;
+      q.line = line.number;
+      q.question = string_field(j, "question", where);
+      q.answer = string_field(j, "answer", where);
+      return q;
+    }));
   }
   return out;
 }

@@ -6,7 +6,7 @@
 #include <array>
 #include <optional>
 
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::eval {
 

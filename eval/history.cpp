@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "eval/text_file.h"
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::eval {
 

@@ -1,7 +1,7 @@
 #include "eval/prompt.h"
 
 #include "eval/extract.h"
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::eval {
 

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "eval/text_file.h"
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::eval {
 

@@ -9,8 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "common/error.h"
+#include "common/json.h"
 #include "eval/text_file.h"
-#include "quant/error.h"
 
 namespace k3::eval {
 
@@ -122,7 +123,7 @@ ResultsFile read_results(const std::filesystem::path& path) {
     json j;
     try {
       if (is_blank(line.text)) throw InputError(where + ": empty line; " + kExpected);
-      j = parse_json_line(line.text, where, kExpected);
+      j = parse_json(line.text, {where, kExpected, true});
     } catch (const InputError& e) {
       if (!cut_short) {
         throw InputError(std::string(e.what()) +
@@ -133,7 +134,7 @@ ResultsFile read_results(const std::filesystem::path& path) {
                     " bytes, no newline) by a run that was killed while writing it";
       break;
     }
-    QuestionResult r = result_from_json(j, where);
+    QuestionResult r = interpret_json(where, [&] { return result_from_json(j, where); });
     const auto [it, inserted] = line_of_id.emplace(r.id, line.number);
     if (!inserted) {
       throw InputError(where + ": duplicate id " + std::to_string(r.id) + " (already on line " +

@@ -13,7 +13,7 @@
 #include "dist/collectives.h"
 #include "eval/score.h"
 #include "eval/stop.h"
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::eval {
 

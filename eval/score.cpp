@@ -4,9 +4,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "common/error.h"
+#include "common/json.h"
 #include "eval/prompt.h"
 #include "eval/text_file.h"
-#include "quant/error.h"
 
 namespace k3::eval {
 
@@ -71,38 +72,39 @@ std::vector<QuestionResult> read_jsonl(std::span<const Question> questions, std:
   for (std::size_t i = 0; i < end; ++i) {
     const std::string where = file + ":" + std::to_string(lines[i].number);
     if (is_blank(lines[i].text)) throw InputError(where + ": empty line; " + kExpectedRow);
-    const json row = parse_json_line(lines[i].text, where, kExpectedRow);
-    if (!row.is_object()) {
-      throw InputError(where + ": found " + a_json_type(row) + "; " + kExpectedRow);
-    }
-    const char* index_key = one_of(row, {"index", "id", "prompt_id"}, where);
-    const json& index_value = row[index_key];
-    if (!index_value.is_number_unsigned()) {
-      throw InputError(where + ": \"" + index_key + "\" is " + index_value.dump() +
-                       ", expected a question index (an unsigned integer)");
-    }
-    const std::size_t index = index_value.get<std::size_t>();
-    check_index(index, questions.size(), where);
-    if (const auto [it, inserted] = line_of.emplace(index, lines[i].number); !inserted) {
-      throw InputError(where + ": duplicate index " + std::to_string(index) + " (already on line " +
-                       std::to_string(it->second) + ")");
-    }
-    const char* output_key = one_of(row, {"output", "output_text"}, where);
-    const json& output = row[output_key];
-    if (!output.is_string()) {
-      throw InputError(where + ": \"" + output_key + "\" is " + a_json_type(output) +
-                       ", expected a string");
-    }
-    if (const auto prompt = row.find("prompt"); prompt != row.end()) {
-      if (!prompt->is_string() || !prompt->get_ref<const std::string&>().ends_with(
-                                      format_example(questions[index], false))) {
-        throw InputError(where + ": \"prompt\" does not end with question " +
-                         std::to_string(index) +
-                         " of the data (\"Question: ...\\nAnswer:\"); the " +
-                         "completions were made from other data");
+    read_json(lines[i].text, {where, kExpectedRow, true}, [&](const json& row) {
+      if (!row.is_object()) {
+        throw InputError(where + ": found " + a_json_type(row) + "; " + kExpectedRow);
       }
-    }
-    out.push_back(make_result(questions, index, output.get<std::string>(), extractor));
+      const char* index_key = one_of(row, {"index", "id", "prompt_id"}, where);
+      const json& index_value = row[index_key];
+      if (!index_value.is_number_unsigned()) {
+        throw InputError(where + ": \"" + index_key + "\" is " + index_value.dump() +
+                         ", expected a question index (an unsigned integer)");
+      }
+      const std::size_t index = index_value.get<std::size_t>();
+      check_index(index, questions.size(), where);
+      if (const auto [it, inserted] = line_of.emplace(index, lines[i].number); !inserted) {
+        throw InputError(where + ": duplicate index " + std::to_string(index) +
+                         " (already on line " + std::to_string(it->second) + ")");
+      }
+      const char* output_key = one_of(row, {"output", "output_text"}, where);
+      const json& output = row[output_key];
+      if (!output.is_string()) {
+        throw InputError(where + ": \"" + output_key + "\" is " + a_json_type(output) +
+                         ", expected a string");
+      }
+      if (const auto prompt = row.find("prompt"); prompt != row.end()) {
+        if (!prompt->is_string() || !prompt->get_ref<const std::string&>().ends_with(
+                                        format_example(questions[index], false))) {
+          throw InputError(where + ": \"prompt\" does not end with question " +
+                           std::to_string(index) +
+                           " of the data (\"Question: ...\\nAnswer:\"); the " +
+                           "completions were made from other data");
+        }
+      }
+      out.push_back(make_result(questions, index, output.get<std::string>(), extractor));
+    });
   }
   if (out.empty()) throw InputError(file + ": no completions; " + kExpectedRow);
   return out;

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::eval {
 

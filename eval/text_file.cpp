@@ -6,10 +6,9 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::eval {
 
@@ -60,47 +59,6 @@ std::size_t end_of_content(const std::vector<TextLine>& lines) {
   std::size_t end = lines.size();
   while (end > 0 && is_blank(lines[end - 1].text)) --end;
   return end;
-}
-
-namespace {
-
-nlohmann::json parse_json(std::string_view text, const std::string& where,
-                          std::string_view expected, bool keep_line) {
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 5: <reason>";
-    // the file (and for JSONL the line) is ours, so keep the position and the reason only.
-    std::string reason = e.what();
-    std::string at;
-    const std::size_t start = reason.find("parse error at ");
-    const std::size_t colon = start == std::string::npos ? start : reason.find(": ", start);
-    if (colon != std::string::npos) {
-      at = reason.substr(start + 15, colon - start - 15);
-      reason = reason.substr(colon + 2);
-      if (!keep_line && at.starts_with("line 1, ")) at = at.substr(8);
-      at = " at " + at;
-    }
-    throw InputError(where + ": invalid JSON" + at + ": " + reason + "; " + std::string(expected));
-  }
-}
-
-}  // namespace
-
-nlohmann::json parse_json_line(std::string_view text, const std::string& where,
-                               std::string_view expected) {
-  return parse_json(text, where, expected, false);
-}
-
-nlohmann::json parse_json_document(std::string_view text, const std::string& where,
-                                   std::string_view expected) {
-  return parse_json(text, where, expected, true);
-}
-
-std::string a_json_type(const nlohmann::json& value) {
-  if (value.is_null()) return "null";
-  const std::string name = value.type_name();
-  return (name == "object" || name == "array" ? "an " : "a ") + name;
 }
 
 namespace {

@@ -8,8 +8,6 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
 namespace k3::eval {
 
 // The whole file; InputError "cannot open <path> (<what>): <reason>".
@@ -29,16 +27,6 @@ bool is_blank(std::string_view text);  // only JSON whitespace (so "\r" of CRLF 
 
 // Index one past the last non-blank line: what follows is trailing blank lines.
 std::size_t end_of_content(const std::vector<TextLine>& lines);
-
-// Parses one JSON value; InputError "<where>: invalid JSON at column C: <parser's reason>;
-// <expected>". parse_json_document says "at line L, column C" instead, for whole files.
-nlohmann::json parse_json_line(std::string_view text, const std::string& where,
-                               std::string_view expected);
-nlohmann::json parse_json_document(std::string_view text, const std::string& where,
-                                   std::string_view expected);
-
-// "an object", "an array", "a string", "a number", "a boolean", "null": for "is <type>" messages.
-std::string a_json_type(const nlohmann::json& value);
 
 // Writes `text` to `path` through a temporary file, fsync and rename, so a reader never sees a
 // half-written file and a crash keeps the previous version.

@@ -5,7 +5,7 @@
 #include <regex>
 #include <set>
 
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::model {
 

@@ -8,7 +8,8 @@
 #include <regex>
 #include <sstream>
 
-#include "quant/error.h"
+#include "common/error.h"
+#include "common/json.h"
 
 namespace k3::model {
 
@@ -25,12 +26,9 @@ std::string read_text(const fs::path& path) {
   return s.str();
 }
 
-json parse_json_file(const fs::path& path) {
-  try {
-    return json::parse(read_text(path));
-  } catch (const json::parse_error& e) {
-    throw InputError(path.string() + ": not valid JSON: " + e.what());
-  }
+template <class Interpret>
+decltype(auto) read_json_file(const fs::path& path, Interpret&& interpret) {
+  return read_json(read_text(path), {path.string()}, std::forward<Interpret>(interpret));
 }
 
 bool is_gguf(const fs::path& p) { return p.extension() == ".gguf"; }
@@ -44,39 +42,35 @@ std::string ModelSlimDescription::scheme_of(const std::string& weight_name) cons
 
 ModelSlimDescription parse_modelslim_description(const std::string& text,
                                                  const std::string& source) {
-  json root;
-  try {
-    root = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw InputError(source + ": not valid JSON: " + e.what());
-  }
-  if (!root.is_object()) throw InputError(source + ": expected a JSON object");
-  ModelSlimDescription d;
-  for (auto it = root.begin(); it != root.end(); ++it) {
-    const std::string& key = it.key();
-    const json& v = it.value();
-    if (key == "group_size") {
-      if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() > (1 << 20)) {
-        throw InputError(source + ": group_size is " + v.dump() +
-                         ", expected a non-negative integer");
+  return read_json(text, {source}, [&](const json& root) {
+    if (!root.is_object()) throw InputError(source + ": expected a JSON object");
+    ModelSlimDescription d;
+    for (auto it = root.begin(); it != root.end(); ++it) {
+      const std::string& key = it.key();
+      const json& v = it.value();
+      if (key == "group_size") {
+        if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() > (1 << 20)) {
+          throw InputError(source + ": group_size is " + v.dump() +
+                           ", expected a non-negative integer");
+        }
+        d.group_size = v.get<int>();
+      } else if (key == "version" || key == "model_quant_type") {
+        if (!v.is_string())
+          throw InputError(source + ": " + key + " is " + v.dump() + ", expected a string");
+        (key == "version" ? d.version : d.model_quant_type) = v.get<std::string>();
+      } else if (v.is_string()) {
+        const std::string s = v.get<std::string>();
+        static const char* kKnown[] = {"FLOAT", "W8A8", "W8A8_DYNAMIC", "W4A8_DYNAMIC"};
+        if (std::find(std::begin(kKnown), std::end(kKnown), s) == std::end(kKnown)) {
+          throw InputError(source + ": '" + key + "' has scheme '" + s +
+                           "', expected FLOAT, W8A8, W8A8_DYNAMIC or W4A8_DYNAMIC");
+        }
+        d.schemes[key] = s;
       }
-      d.group_size = v.get<int>();
-    } else if (key == "version" || key == "model_quant_type") {
-      if (!v.is_string())
-        throw InputError(source + ": " + key + " is " + v.dump() + ", expected a string");
-      (key == "version" ? d.version : d.model_quant_type) = v.get<std::string>();
-    } else if (v.is_string()) {
-      const std::string s = v.get<std::string>();
-      static const char* kKnown[] = {"FLOAT", "W8A8", "W8A8_DYNAMIC", "W4A8_DYNAMIC"};
-      if (std::find(std::begin(kKnown), std::end(kKnown), s) == std::end(kKnown)) {
-        throw InputError(source + ": '" + key + "' has scheme '" + s +
-                         "', expected FLOAT, W8A8, W8A8_DYNAMIC or W4A8_DYNAMIC");
-      }
-      d.schemes[key] = s;
+      // Other keys (ignore lists, packed-module maps, metadata objects) carry no per-tensor scheme.
     }
-    // Other keys (ignore lists, packed-module maps, metadata objects) carry no per-tensor scheme.
-  }
-  return d;
+    return d;
+  });
 }
 
 FormatKind detect_format(const fs::path& path) {
@@ -94,11 +88,11 @@ FormatKind detect_format(const fs::path& path) {
   }
   if (fs::exists(path / "quant_model_description.json")) return FormatKind::kModelSlim;
   if (safetensors && fs::exists(path / "config.json")) {
-    const json cfg = parse_json_file(path / "config.json");
-    const std::string type =
-        cfg.is_object() && cfg.contains("model_type") && cfg["model_type"].is_string()
-            ? cfg["model_type"].get<std::string>()
-            : "";
+    const std::string type = read_json_file(path / "config.json", [](const json& cfg) {
+      return cfg.is_object() && cfg.contains("model_type") && cfg["model_type"].is_string()
+                 ? cfg["model_type"].get<std::string>()
+                 : std::string();
+    });
     if (type.find("dspark") != std::string::npos) return FormatKind::kDraft;
     return FormatKind::kHf;
   }
@@ -226,16 +220,17 @@ std::vector<std::string> safetensors_files(const fs::path& dir) {
   const fs::path index = dir / "model.safetensors.index.json";
   std::vector<std::string> files;
   if (fs::exists(index)) {
-    const json j = parse_json_file(index);
-    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
-      throw InputError(index.string() + ": expected an object with a weight_map object");
-    }
-    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-      if (!it.value().is_string())
-        throw InputError(index.string() + ": weight_map['" + it.key() + "'] is not a string");
-      const std::string f = (dir / it.value().get<std::string>()).string();
-      if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
-    }
+    read_json_file(index, [&](const json& j) {
+      if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
+        throw InputError(index.string() + ": expected an object with a weight_map object");
+      }
+      for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+        if (!it.value().is_string())
+          throw InputError(index.string() + ": weight_map['" + it.key() + "'] is not a string");
+        const std::string f = (dir / it.value().get<std::string>()).string();
+        if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
+      }
+    });
     for (const auto& f : files) {
       if (!fs::exists(f))
         throw InputError(index.string() + " lists shard " + f + ", which does not exist");
@@ -255,16 +250,17 @@ void check_weight_map(const fs::path& dir, const std::map<std::string, StoredTen
                       const std::vector<std::string>& files) {
   const fs::path index = dir / "model.safetensors.index.json";
   if (!fs::exists(index)) return;
-  const json j = parse_json_file(index);
-  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-    auto t = tensors.find(it.key());
-    const std::string f = (dir / it.value().get<std::string>()).string();
-    if (t == tensors.end() || files[t->second.file] != f) {
-      throw InputError(index.string() + ": weight_map puts '" + it.key() + "' in " + f +
-                       (t == tensors.end() ? ", but no shard holds it"
-                                           : ", but it is in " + files[t->second.file]));
+  read_json_file(index, [&](const json& j) {
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      auto t = tensors.find(it.key());
+      const std::string f = (dir / it.value().get<std::string>()).string();
+      if (t == tensors.end() || files[t->second.file] != f) {
+        throw InputError(index.string() + ": weight_map puts '" + it.key() + "' in " + f +
+                         (t == tensors.end() ? ", but no shard holds it"
+                                             : ", but it is in " + files[t->second.file]));
+      }
     }
-  }
+  });
 }
 
 }  // namespace

@@ -4,8 +4,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
-#include "quant/error.h"
+#include "common/error.h"
+#include "common/json.h"
 
 namespace k3::model {
 
@@ -315,15 +317,12 @@ ModelConfig parse_config_json(const json& root, const std::string& source) {
 }
 
 ModelConfig read_config_json(const std::filesystem::path& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError("cannot read " + path.string());
-  json root;
-  try {
-    root = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw InputError(path.string() + ": not valid JSON: " + e.what());
-  }
-  return parse_config_json(root, path.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  return read_json(text.str(), {path.string()},
+                   [&](const json& root) { return parse_config_json(root, path.string()); });
 }
 
 namespace {

@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::model {
 

@@ -5,7 +5,7 @@
 #include <set>
 
 #include "model/file.h"
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::model {
 

@@ -12,7 +12,7 @@
 #include <optional>
 
 #include "model/file.h"
-#include "quant/error.h"
+#include "common/error.h"
 #include "quant/fp.h"
 
 namespace k3::model {

@@ -1,6 +1,6 @@
 #include "model/parameters.h"
 
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::model {
 

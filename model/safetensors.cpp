@@ -8,8 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "common/error.h"
+#include "common/json.h"
 #include "model/file.h"
-#include "quant/error.h"
 
 namespace k3::model {
 
@@ -31,8 +32,10 @@ std::string tensor_label(const std::string& name) { return "tensor '" + name + "
 
 }  // namespace
 
-SafetensorsHeader parse_safetensors_header(std::span<const std::uint8_t> prefix,
-                                           std::uint64_t file_size, const std::string& source) {
+namespace {
+
+SafetensorsHeader parse_header(std::span<const std::uint8_t> prefix, std::uint64_t file_size,
+                               const std::string& source) {
   if (file_size < 8 || prefix.size() < 8) {
     fail(source, "file of " + std::to_string(file_size) +
                      " bytes is too short for the 8-byte safetensors header length");
@@ -59,18 +62,15 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::uint8_t> prefix,
   // nlohmann keeps the last of duplicate keys silently; a lying header must not get that far.
   std::set<std::string> top_keys;
   std::string duplicate;
-  json root;
-  try {
-    root = json::parse(text, [&](int depth, json::parse_event_t event, json& parsed) {
-      if (depth == 1 && event == json::parse_event_t::key) {
-        const auto key = parsed.get<std::string>();
-        if (!top_keys.insert(key).second && duplicate.empty()) duplicate = key;
-      }
-      return true;
-    });
-  } catch (const json::exception& e) {
-    fail(source, std::string("header is not valid JSON: ") + e.what());
-  }
+  const json root =
+      parse_json(text, {source, "a safetensors header is one JSON object of tensor entries"},
+                 [&](int depth, json::parse_event_t event, json& parsed) {
+                   if (depth == 1 && event == json::parse_event_t::key) {
+                     const auto key = parsed.get<std::string>();
+                     if (!top_keys.insert(key).second && duplicate.empty()) duplicate = key;
+                   }
+                   return true;
+                 });
   if (!duplicate.empty()) fail(source, "header names " + tensor_label(duplicate) + " twice");
   if (!root.is_object()) fail(source, "header is not a JSON object");
 
@@ -166,6 +166,13 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::uint8_t> prefix,
                      " bytes, tensors end at " + std::to_string(cursor) + ")");
   }
   return h;
+}
+
+}  // namespace
+
+SafetensorsHeader parse_safetensors_header(std::span<const std::uint8_t> prefix,
+                                           std::uint64_t file_size, const std::string& source) {
+  return interpret_json(source, [&] { return parse_header(prefix, file_size, source); });
 }
 
 SafetensorsHeader read_safetensors_header(const std::filesystem::path& path) {

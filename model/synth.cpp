@@ -7,13 +7,14 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/error.h"
+#include "common/json.h"
 #include "model/binding.h"
 #include "model/gguf.h"
 #include "model/parameters.h"
 #include "model/safetensors.h"
 #include "model/tokenizer/bpe_trainer.h"
 #include "model/tokenizer/gguf_vocab.h"
-#include "quant/error.h"
 #include "quant/fp.h"
 #include "quant/quantize.h"
 
@@ -208,15 +209,9 @@ std::vector<std::string> read_jsonl_corpus(const fs::path& path) {
   std::string line;
   for (std::size_t n = 1; std::getline(in, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    json j;
-    try {
-      j = json::parse(line);
-    } catch (const json::parse_error& e) {
-      throw InputError(path.string() + " line " + std::to_string(n) +
-                       ": not valid JSON: " + e.what());
-    }
-    if (!j.is_object())
-      throw InputError(path.string() + " line " + std::to_string(n) + ": expected a JSON object");
+    const std::string where = path.string() + ":" + std::to_string(n);
+    const json j = parse_json(line, {where, "expected a JSON object", true});
+    if (!j.is_object()) throw InputError(where + ": expected a JSON object");
     for (const auto& [key, value] : j.items()) {
       if (value.is_string()) texts.push_back(value.get<std::string>());
     }

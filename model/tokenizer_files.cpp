@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "model/checkpoint.h"
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::model {
 

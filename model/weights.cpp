@@ -1,6 +1,6 @@
 #include "model/weights.h"
 
-#include "quant/error.h"
+#include "common/error.h"
 #include "quant/reference.h"
 
 namespace k3::model {

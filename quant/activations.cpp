@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include "quant/error.h"
+#include "common/error.h"
 #include "quant/fp.h"
 
 namespace k3::quant {

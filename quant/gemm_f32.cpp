@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "quant/error.h"
+#include "common/error.h"
 #include "quant/gemm_f32_kernels.h"
 
 namespace k3::quant {

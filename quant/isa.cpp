@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::quant {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "quant/error.h"
+#include "common/error.h"
 #include "quant/kernel_table.h"
 #include "quant/repack.h"
 

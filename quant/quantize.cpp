@@ -9,7 +9,7 @@
 #include <tuple>
 #include <vector>
 
-#include "quant/error.h"
+#include "common/error.h"
 #include "quant/reference.h"
 
 namespace k3::quant {

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::quant {
 namespace {

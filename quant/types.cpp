@@ -3,7 +3,7 @@
 #include <array>
 #include <limits>
 
-#include "quant/error.h"
+#include "common/error.h"
 #include "quant/repack.h"
 
 namespace k3::quant {

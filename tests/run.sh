@@ -23,9 +23,9 @@ stage() {  # stage NAME COMMAND...: runs one stage, counts it
 stage release bash -c 'cd build && ctest --output-on-failure -j "$(nproc)"'
 
 # Everything that decodes untrusted bytes, again under AddressSanitizer + UBSan.
-K3_BUILD_DIR="$root/build-asan" K3_BUILD_TARGETS="quant_tests tokenizer_tests model_tests eval_tests engine_tests k3ckpt" \
+K3_BUILD_DIR="$root/build-asan" K3_BUILD_TARGETS="common_tests quant_tests tokenizer_tests model_tests eval_tests engine_tests k3ckpt" \
   jobs/build.sh -DK3_SANITIZE=ON -DK3_BUILD_BENCHMARKS=OFF
-stage sanitizers bash -c 'cd build-asan && ctest --output-on-failure -j "$(nproc)" -L "quant|tokenizer|model|eval|engine" -LE mpi'
+stage sanitizers bash -c 'cd build-asan && ctest --output-on-failure -j "$(nproc)" -L "common|quant|tokenizer|model|eval|engine" -LE mpi'
 
 # The untrusted-input readers under libFuzzer (clang, ASan + UBSan), a bounded time each.
 stage fuzzing tests/fuzz/run_fuzzers.sh "${K3_FUZZ_SECONDS:-60}"

@@ -20,7 +20,7 @@
 #include "model/load_plan.h"
 #include "model/synth.h"
 #include "model/tokenizer_files.h"
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "apps/common/layout_options.h"
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::apps {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "eval/history.h"
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace {
 

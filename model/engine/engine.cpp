@@ -13,7 +13,7 @@
 #include "model/engine/linear.h"
 #include "model/engine/ops.h"
 #include "model/engine/sampling.h"
-#include "quant/error.h"
+#include "common/error.h"
 #include "quant/gemm_f32.h"
 #include "quant/reference.h"
 

@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "dist/collectives.h"
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::model::engine {
 

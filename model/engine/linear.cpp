@@ -1,6 +1,6 @@
 #include "model/engine/linear.h"
 
-#include "quant/error.h"
+#include "common/error.h"
 #include "quant/kernels.h"
 #include "quant/reference.h"
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "model/engine/ops_kernels.h"
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::model::engine {
 namespace {

@@ -11,7 +11,7 @@
 #include "model/load_plan.h"
 #include "model/loader.h"
 #include "model/parameters.h"
-#include "quant/error.h"
+#include "common/error.h"
 #include "quant/reference.h"
 
 namespace k3::model {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "model/tokenizer/pretokenizer.h"
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::model {
 namespace {

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "model/tokenizer/utf8.h"
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::model {
 namespace {

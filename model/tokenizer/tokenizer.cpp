@@ -5,7 +5,7 @@
 #include "model/tokenizer/bpe.h"
 #include "model/tokenizer/text_util.h"
 #include "model/tokenizer/utf8.h"
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::model {
 namespace {

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "model/tokenizer/text_util.h"
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::model {
 namespace {

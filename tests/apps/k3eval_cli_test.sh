@@ -219,6 +219,20 @@ PY
     expect_err_once "missing tensor 'language_model.model.layers.5.self_attn.kv_b_proj.weight'"
     grep -q "shards," <<<"$err" && fail "data was read before the check failed: $err"
     ;;
+  load_only_json_overflow_2)
+    # A number too large for JSON in either small file: exit 2 naming it, not an internal error.
+    "$k3ckpt" synth --format modelslim --out "$work/ms" >/dev/null || fail "synth failed"
+    cp -r "$work/ms" "$work/ms-config"
+    sed -i '0,/"hidden_size": [0-9]*/s//"hidden_size": 1e99999/' "$work/ms-config/config.json"
+    run 2 --model-path "$work/ms-config" --load-only --tp 2
+    expect_rc 2
+    expect_err_once "$work/ms-config/config.json: invalid JSON: number overflow parsing '1e99999'"
+    grep -q "unexpected error" <<<"$err" && fail "reported as an internal error: $err"
+    sed -i '0,/"group_size": [0-9]*/s//"group_size": 1e99999/' "$work/ms/quant_model_description.json"
+    run 2 --model-path "$work/ms" --load-only --tp 2
+    expect_rc 2
+    expect_err_once "$work/ms/quant_model_description.json: invalid JSON: number overflow parsing '1e99999'"
+    ;;
   *)
     fail "unknown case"
     ;;

@@ -5,7 +5,7 @@
 
 #include <map>
 
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::dist {
 namespace {

@@ -7,7 +7,7 @@
 #include <numeric>
 #include <set>
 
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::dist {
 namespace {

@@ -115,6 +115,9 @@ TEST(Baseline, MustFitTheRunsQuestions) {
 }
 
 TEST(Baseline, MalformedFilesNameTheKey) {
+  EXPECT_EQ(baseline_error(R"({"accuracy": 1e99999, "tolerance": {}})").rfind(
+                ": invalid JSON: number overflow parsing '1e99999'", 0),
+            0u);
   EXPECT_EQ(baseline_error(R"({"tolerance": {"mode": "relative", "value": 0.99}})"),
             ": missing \"accuracy\"");
   EXPECT_EQ(baseline_error(R"({"accuracy": "high", "tolerance": {}})"),

@@ -71,6 +71,12 @@ TEST(Gsm8k, RejectsEachBadLineWithFileLineAndExpectation) {
                 expect);
 }
 
+TEST(Gsm8k, NumberTooLargeForJsonIsAnInputErrorNamingTheLine) {
+  EXPECT_EQ(read_error(kGood + "\n{\"question\": \"q\", \"answer\": \"a\", \"n\": 1e99999}\n"),
+            ":2: invalid JSON: number overflow parsing '1e99999'; expected one JSON object per "
+            "line with string fields \"question\" and \"answer\"");
+}
+
 TEST(Gsm8k, MissingFileIsAnInputError) {
   const fs::path p = test::scratch_dir() / "absent.jsonl";
   EXPECT_EQ(test::error_of([&] { read_gsm8k(p); }),

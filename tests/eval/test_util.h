@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "quant/error.h"
+#include "common/error.h"
 
 namespace k3::eval::test {
 

@@ -1,14 +1,32 @@
-// libFuzzer target: the GGUF header reader on arbitrary bytes (the input is a whole file).
+// libFuzzer target: the GGUF header reader on arbitrary bytes (the input is a whole file), and
+// what the job reads from a header that parses: the model config from its keys and tensors,
+// and the tokenizer arrays and vocabulary.
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <span>
 
+#include "common/error.h"
+#include "model/checkpoint.h"
 #include "model/gguf.h"
-#include "quant/error.h"
+#include "model/tokenizer_files.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  k3::model::GgufFile file;
   try {
-    k3::model::parse_gguf_header(std::span<const std::uint8_t>(data, size), size, "fuzz.gguf");
+    file = k3::model::parse_gguf_header(std::span<const std::uint8_t>(data, size), size,
+                                        "fuzz.gguf");
+  } catch (const k3::InputError&) {
+    return 0;
+  }
+  try {
+    std::map<std::string, k3::model::StoredTensor> tensors;
+    for (const auto& t : file.tensors) tensors.emplace(t.name, k3::model::StoredTensor{0, t});
+    k3::model::config_from_gguf(file, tensors);
+  } catch (const k3::InputError&) {
+  }
+  try {
+    k3::model::vocabulary_from_gguf(k3::model::gguf_tokenizer_arrays(file));
   } catch (const k3::InputError&) {
   }
   return 0;

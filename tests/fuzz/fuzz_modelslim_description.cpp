@@ -4,7 +4,7 @@
 #include <string>
 
 #include "model/checkpoint.h"
-#include "quant/error.h"
+#include "common/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {

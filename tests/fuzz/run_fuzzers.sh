@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (ASan + UBSan) in build-fuzz/ and runs each for a
-# bounded time, seeded with tests/fuzz/seeds/ and the headers of freshly synthesized
-# checkpoints. Inputs in tests/fuzz/regressions/<target>/ (past crashes) are replayed first.
+# bounded time, seeded with tests/fuzz/seeds/<target>/ and the headers, configs and vocabularies
+# of freshly synthesized checkpoints. Inputs in tests/fuzz/regressions/<target>/ (past crashes) are replayed first.
 # A crash fails the run and leaves its input in build-fuzz/crashes/ for a regression test.
 # Usage: tests/fuzz/run_fuzzers.sh [seconds per target, default 60]
 set -euo pipefail
@@ -12,13 +12,15 @@ if [[ ! -f $build/CMakeCache.txt ]]; then
   CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DK3_SANITIZE=ON -DK3_FUZZ=ON -DK3_BUILD_BENCHMARKS=OFF -DBUILD_TESTING=OFF >/dev/null
 fi
-cmake --build "$build" --parallel "$(nproc)" --target fuzz_safetensors fuzz_gguf fuzz_modelslim_description
+targets=(fuzz_safetensors fuzz_gguf fuzz_modelslim_description fuzz_config_json fuzz_tiktoken)
+cmake --build "$build" --parallel "$(nproc)" "${targets[@]/#/--target=}"
 
 # Seeds from real synthetic checkpoints: a small complete GGUF header file and safetensors
 # header prefixes (the reader reports them truncated, which still drives the whole parser).
 seeds=$build/seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{fuzz_safetensors,fuzz_gguf,fuzz_modelslim_description}
-for t in fuzz_safetensors fuzz_gguf fuzz_modelslim_description; do
+rm -rf "$seeds"
+for t in "${targets[@]}"; do
+  mkdir -p "$seeds/$t"
   if [[ -d $root/tests/fuzz/seeds/$t ]]; then cp "$root/tests/fuzz/seeds/$t"/* "$seeds/$t"/; fi
 done
 ck=$build/synth
@@ -32,11 +34,13 @@ for f in "$ck"/modelslim/*.safetensors; do
   head -c $((8 + len)) "$f" >"$seeds/fuzz_safetensors/$(basename "$f").header"
 done
 cp "$ck/modelslim/quant_model_description.json" "$seeds/fuzz_modelslim_description/"
+cp "$ck/modelslim/config.json" "$seeds/fuzz_config_json/"
+if [[ -f $ck/modelslim/tiktoken.model ]]; then cp "$ck/modelslim/tiktoken.model" "$seeds/fuzz_tiktoken/"; fi
 for f in "$ck"/gguf/*.gguf; do head -c 65536 "$f" >"$seeds/fuzz_gguf/$(basename "$f").head"; done
 
 status=0
 mkdir -p "$build/crashes"
-for t in fuzz_safetensors fuzz_gguf fuzz_modelslim_description; do
+for t in "${targets[@]}"; do
   corpus=$build/corpus/$t
   mkdir -p "$corpus"
   if compgen -G "$root/tests/fuzz/regressions/$t/*" >/dev/null; then

@@ -13,7 +13,7 @@
 #include "model/loader.h"
 #include "model/synth.h"
 #include "model/tokenizer_files.h"
-#include "quant/error.h"
+#include "common/error.h"
 #include "quant/quantize.h"
 #include "quant/reference.h"
 #include "tests/model/test_dirs.h"

@@ -5,9 +5,11 @@
 #include <cstring>
 #include <fstream>
 
+#include "model/checkpoint.h"
+#include "model/config.h"
 #include "model/gguf.h"
 #include "model/safetensors.h"
-#include "quant/error.h"
+#include "common/error.h"
 #include "tests/model/test_dirs.h"
 
 namespace k3::model {
@@ -68,7 +70,10 @@ TEST(Safetensors, RejectsMalformedHeaders) {
         error_of([&] { parse_safetensors_header(bytes, bytes.size(), "x.safetensors"); }),
         "x.safetensors: header length 1000 runs past the end of the 10-byte file (truncated?)");
   }
-  EXPECT_EQ(parse_st("{\"a\": ", 0).rfind("x.safetensors: header is not valid JSON: ", 0), 0u);
+  EXPECT_EQ(parse_st("{\"a\": ", 0),
+            "x.safetensors: invalid JSON at line 1, column 7: syntax error while parsing value - "
+            "unexpected end of input; expected '[', '{', or a literal; a safetensors header is "
+            "one JSON object of tensor entries");
   EXPECT_EQ(
       parse_st(
           R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
@@ -197,6 +202,32 @@ TEST(Gguf, RejectsMalformedFiles) {
             "m.gguf: tensors 'blk.0.attn_k_b.weight' and 'output_norm.weight' overlap (at byte " +
                 std::to_string(info_end + 8) + ")");
   EXPECT_EQ(damaged(0, {}, 100).rfind("m.gguf: file ends inside", 0), 0u);
+}
+
+// A number nlohmann-json cannot hold (out_of_range.406) is bad input, never an internal error.
+TEST(JsonReaders, NumberOverflowIsAnInputErrorNamingTheFile) {
+  // The input libFuzzer found in fuzz_modelslim_description.
+  EXPECT_EQ(error_of([] {
+              parse_modelslim_description("333126666666626e66633~33133126666666626e6666665",
+                                          "q/quant_model_description.json");
+            }),
+            "q/quant_model_description.json: invalid JSON: number overflow parsing "
+            "'333126666666626e66633'");
+  EXPECT_EQ(parse_st(R"({"a":{"dtype":"F32","shape":[1e99999],"data_offsets":[0,4]}})", 4),
+            "x.safetensors: invalid JSON: number overflow parsing '1e99999'; a safetensors header "
+            "is one JSON object of tensor entries");
+  const fs::path config = test::scratch_dir() / "overflow-config.json";
+  std::ofstream(config) << R"({"model_type": "kimi_k3", "hidden_size": 1e99999})";
+  EXPECT_EQ(error_of([&] { read_config_json(config); }),
+            config.string() + ": invalid JSON: number overflow parsing '1e99999'");
+}
+
+// A value of the wrong type that a reader did not check first is still an input error.
+TEST(JsonReaders, ModelSlimDescriptionOfTheWrongShape) {
+  EXPECT_EQ(error_of([] { parse_modelslim_description("[1, 2]", "q.json"); }),
+            "q.json: expected a JSON object");
+  EXPECT_EQ(error_of([] { parse_modelslim_description("{\"group_size\": \"64\"}", "q.json"); }),
+            "q.json: group_size is \"64\", expected a non-negative integer");
 }
 
 }  // namespace

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "quant/error.h"
+#include "common/error.h"
 #include "quant/isa.h"
 
 namespace k3::quant {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "quant/activations.h"
-#include "quant/error.h"
+#include "common/error.h"
 #include "quant/kernels.h"
 #include "quant/quantize.h"
 #include "quant/reference.h"

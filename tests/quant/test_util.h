@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "quant/activations.h"
-#include "quant/error.h"
+#include "common/error.h"
 #include "quant/quantize.h"
 #include "quant/reference.h"
 #include "quant/types.h"

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "quant/error.h"
+#include "common/error.h"
 #include "quant/kernels.h"
 #include "quant/quantize.h"
 #include "quant/types.h"

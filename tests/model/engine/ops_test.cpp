@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "model/engine/ops.h"
-#include "quant/error.h"
+#include "common/error.h"
 #include "quant/isa.h"
 
 namespace k3::test {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "quant/error.h"
+#include "common/error.h"
 #include "test_support.h"
 
 namespace k3::model {

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "quant/error.h"
+#include "common/error.h"
 #include "test_support.h"
 
 namespace k3::model {

@@ -1,7 +1,7 @@
 // k3::Error, the one exception type family of k3eval.
 //
-// It lives in quant/ because quant is the root of the folder dependency graph
-// (quant <- dist <- model <- eval <- apps): every folder may include it, and it
+// It lives in common/, the root of the folder dependency graph
+// (common <- quant <- dist <- model <- eval <- apps): every folder may include it, and it
 // depends on nothing but the standard library.
 #pragma once
 
