@@ -114,7 +114,20 @@ void Runtime::collectively(const std::function<void()>& fn) {
   require_main_thread("Runtime::collectively");
   int mine = code != 0 ? rank() : world_size();
   int first = world_size();
-  check_mpi(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world_.handle()), "MPI_Allreduce");
+  // The ranks that finish early sleep rather than spin while the others work: a stage such as
+  // the planning rank's binding runs for seconds, and with ranks oversubscribed on few cores a
+  // spinning wait takes the CPU from the rank everyone waits for.
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world_.handle(), &request),
+            "MPI_Iallreduce");
+  auto nap = std::chrono::microseconds(50);
+  for (;;) {
+    int done = 0;
+    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done) break;
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(25000));
+  }
   if (first == world_size()) return;
   check_mpi(MPI_Bcast(&code, 1, MPI_INT, first, world_.handle()), "MPI_Bcast");
   if (rank() == first && !message.empty()) spdlog::error("{}", message);

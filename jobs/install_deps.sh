@@ -10,7 +10,7 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools
   libtbb-dev
   libspdlog-dev libfmt-dev
-  nlohmann-json3-dev
+  nlohmann-json3-dev libsimdjson-dev
   libpcre2-dev
   libgtest-dev libgmock-dev
   clang-14 libclang-rt-14-dev

@@ -4,6 +4,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <unordered_set>
 
 #include "common/error.h"
 
@@ -94,9 +95,22 @@ class Binder {
       }
       out_.bindings.push_back(std::move(b));
     }
-    // Every stored tensor of the language model must feed some parameter.
-    for (const auto& [name, t] : ck_.tensors()) {
-      if (claimed_.count(name)) continue;
+    for (Binding& b : out_.bindings) {
+      for (StoredPart& p : b.parts) {
+        p.stored.clear();
+        for (const std::string& name : p.tensors) p.stored.push_back(ck_.find(name));
+      }
+    }
+    // Every stored tensor of the language model must feed some parameter; reported in name
+    // order, whatever order the index keeps.
+    std::vector<const std::pair<const std::string, StoredTensor>*> unclaimed;
+    for (const auto& entry : ck_.tensors()) {
+      if (!claimed_.count(&entry.second)) unclaimed.push_back(&entry);
+    }
+    std::sort(unclaimed.begin(), unclaimed.end(),
+              [](const auto* a, const auto* b) { return a->first < b->first; });
+    for (const auto* entry : unclaimed) {
+      const auto& [name, t] = *entry;
       const bool language =
           fmt_.kind() == FormatKind::kGguf
               ? true
@@ -132,7 +146,7 @@ class Binder {
               why);
       return nullptr;
     }
-    claimed_.insert(name);
+    claimed_.insert(t);
     if (t->entry.shape != shape) {
       problem("tensor '" + name + "' has shape " + dims(t->entry.shape) + ", expected " +
               dims(shape) + " from config.json");
@@ -223,7 +237,7 @@ class Binder {
               ", expected F32 [>= " + std::to_string(heads) + "]");
       return;
     }
-    claimed_.insert(name);
+    claimed_.insert(t);
     if (t->entry.shape.size() != 1 || t->entry.shape[0] < heads) {
       problem("tensor '" + name + "' has shape " + dims(t->entry.shape) +
               ", expected [>= " + std::to_string(heads) + "] (one value per KDA head)");
@@ -331,7 +345,7 @@ class Binder {
         }
         continue;
       }
-      claimed_.insert(tensor);
+      claimed_.insert(t);
       if (t->entry.shape != p.shape) {
         problem("tensor '" + tensor + "' has shape " + dims(t->entry.shape) + ", expected " +
                 dims(p.shape) + " for scheme " + scheme + " of quant_model_description.json");
@@ -382,7 +396,7 @@ class Binder {
           need(layer + "attn_v_b.weight", {H, v, L},
                " (split_gguf_kv_b is true for format " + std::string(fmt_.name()) + ")");
       if (ck_.find(layer + "attn_kv_b.weight")) {
-        claimed_.insert(layer + "attn_kv_b.weight");
+        claimed_.insert(ck_.find(layer + "attn_kv_b.weight"));
         problem("tensor '" + layer +
                 "attn_kv_b.weight' is stored although capability split_gguf_kv_b "
                 "selects attn_k_b + attn_v_b");
@@ -529,7 +543,7 @@ class Binder {
   const Format& fmt_;
   BindResult& out_;
   const ParamSpec* current_ = nullptr;
-  std::set<std::string> claimed_;
+  std::unordered_set<const StoredTensor*> claimed_;
 };
 
 }  // namespace

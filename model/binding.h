@@ -28,6 +28,9 @@ struct StoredPart {
                              // split K/V: rows of one head)
   std::int64_t col_div = 1;  // logical columns per stored column (nibbles 2, E8M0 32)
   bool col_whole = false;    // stored has one column whatever the slice ([N, 1] scales)
+  // The index entries of `tensors`, resolved once when binding ends (the planner reads them for
+  // every rank of the layout).
+  std::vector<const StoredTensor*> stored;
   bool per_expert() const { return tensors.size() > 1; }
 };
 

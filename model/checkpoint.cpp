@@ -10,6 +10,8 @@
 
 #include "common/error.h"
 #include "common/json.h"
+#include "common/large_json.h"
+#include "model/file.h"
 
 namespace k3::model {
 
@@ -19,11 +21,10 @@ using nlohmann::json;
 namespace {
 
 std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("cannot read " + path.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  const File file = File::open_read(path);
+  std::string text(file.size(), '\0');
+  file.read_exact(text.data(), text.size(), 0);
+  return text;
 }
 
 template <class Interpret>
@@ -42,32 +43,40 @@ std::string ModelSlimDescription::scheme_of(const std::string& weight_name) cons
 
 ModelSlimDescription parse_modelslim_description(const std::string& text,
                                                  const std::string& source) {
-  return read_json(text, {source}, [&](const json& root) {
-    if (!root.is_object()) throw InputError(source + ": expected a JSON object");
+  const LargeJson doc(text, {source});
+  return interpret_large_json(source, [&] {
+    simdjson::dom::object root;
+    if (doc.root().get(root)) throw InputError(source + ": expected a JSON object");
     ModelSlimDescription d;
-    for (auto it = root.begin(); it != root.end(); ++it) {
-      const std::string& key = it.key();
-      const json& v = it.value();
+    for (const auto field : root) {
+      const std::string_view key = field.key;
+      const simdjson::dom::element v = field.value;
       if (key == "group_size") {
-        if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() > (1 << 20)) {
-          throw InputError(source + ": group_size is " + v.dump() +
+        std::int64_t size = 0;
+        if (!v.is<std::int64_t>() || v.get(size) || size < 0 || size > (1 << 20)) {
+          throw InputError(source + ": group_size is " + simdjson::minify(v) +
                            ", expected a non-negative integer");
         }
-        d.group_size = v.get<int>();
+        d.group_size = static_cast<int>(size);
       } else if (key == "version" || key == "model_quant_type") {
-        if (!v.is_string())
-          throw InputError(source + ": " + key + " is " + v.dump() + ", expected a string");
-        (key == "version" ? d.version : d.model_quant_type) = v.get<std::string>();
-      } else if (v.is_string()) {
-        const std::string s = v.get<std::string>();
-        static const char* kKnown[] = {"FLOAT", "W8A8", "W8A8_DYNAMIC", "W4A8_DYNAMIC"};
-        if (std::find(std::begin(kKnown), std::end(kKnown), s) == std::end(kKnown)) {
-          throw InputError(source + ": '" + key + "' has scheme '" + s +
+        std::string_view value;
+        if (v.get(value)) {
+          throw InputError(source + ": " + std::string(key) + " is " + simdjson::minify(v) +
+                           ", expected a string");
+        }
+        (key == "version" ? d.version : d.model_quant_type) = std::string(value);
+      } else if (std::string_view scheme; !v.get(scheme)) {
+        static constexpr std::string_view kKnown[] = {"FLOAT", "W8A8", "W8A8_DYNAMIC",
+                                                      "W4A8_DYNAMIC"};
+        if (std::find(std::begin(kKnown), std::end(kKnown), scheme) == std::end(kKnown)) {
+          throw InputError(source + ": '" + std::string(key) + "' has scheme '" +
+                           std::string(scheme) +
                            "', expected FLOAT, W8A8, W8A8_DYNAMIC or W4A8_DYNAMIC");
         }
-        d.schemes[key] = s;
+        d.schemes.insert_or_assign(std::string(key), std::string(scheme));
       }
-      // Other keys (ignore lists, packed-module maps, metadata objects) carry no per-tensor scheme.
+      // Other keys (ignore lists, packed-module maps, metadata objects) carry no per-tensor
+      // scheme.
     }
     return d;
   });
@@ -124,7 +133,7 @@ std::vector<fs::path> gguf_split_files(const fs::path& any) {
 }
 
 ModelConfig config_from_gguf(const GgufFile& g,
-                             const std::map<std::string, StoredTensor>& tensors) {
+                             const std::unordered_map<std::string, StoredTensor>& tensors) {
   const std::string arch = g.string("general.architecture");
   if (arch != "kimi-k3") {
     throw InputError(g.path + ": general.architecture is '" + arch + "', expected 'kimi-k3'");
@@ -189,121 +198,88 @@ ModelConfig config_from_gguf(const GgufFile& g,
 
 namespace {
 
-// Reads every safetensors header in parallel (351 shards must take seconds, not minutes) and
-// indexes the tensors; a name in two shards is an error naming both.
-void index_safetensors(const std::vector<std::string>& files,
-                       std::map<std::string, StoredTensor>& out) {
-  std::vector<SafetensorsHeader> headers(files.size());
-  std::vector<std::string> errors(files.size());
-  oneapi::tbb::parallel_for(std::size_t{0}, files.size(), [&](std::size_t i) {
-    try {
-      headers[i] = read_safetensors_header(files[i]);
-    } catch (const Error& e) {
-      errors[i] = e.what();
-    }
-  });
-  for (const auto& e : errors) {
-    if (!e.empty()) throw InputError(e);  // the first shard in order, deterministically
-  }
-  for (std::size_t i = 0; i < files.size(); ++i) {
-    for (auto& t : headers[i].tensors) {
-      auto [it, inserted] = out.emplace(t.name, StoredTensor{i, t});
-      if (!inserted) {
-        throw InputError("tensor '" + t.name + "' is stored twice: in " + files[it->second.file] +
-                         " and " + files[i]);
-      }
-    }
-  }
-}
-
-std::vector<std::string> safetensors_files(const fs::path& dir) {
+// The shards of a safetensors checkpoint, and the index's weight map (tensor -> shard) when
+// there is an index.
+std::vector<std::string> safetensors_files(
+    const fs::path& dir, std::vector<std::pair<std::string, std::size_t>>& weight_map) {
   const fs::path index = dir / "model.safetensors.index.json";
   std::vector<std::string> files;
   if (fs::exists(index)) {
-    read_json_file(index, [&](const json& j) {
-      if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
+    // Entries name a few hundred shards many thousand times: number the names first.
+    std::unordered_map<std::string_view, std::size_t> shard_of_name;
+    std::vector<std::string_view> names;
+    std::vector<std::pair<std::string, std::size_t>> entries;
+    const LargeJson doc(read_text(index), {index.string()});
+    interpret_large_json(index.string(), [&] {
+      simdjson::dom::object map;
+      if (doc.root()["weight_map"].get(map)) {
         throw InputError(index.string() + ": expected an object with a weight_map object");
       }
-      for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-        if (!it.value().is_string())
-          throw InputError(index.string() + ": weight_map['" + it.key() + "'] is not a string");
-        const std::string f = (dir / it.value().get<std::string>()).string();
-        if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
+      entries.reserve(map.size());
+      for (const auto field : map) {
+        std::string_view file;
+        if (field.value.get(file)) {
+          throw InputError(index.string() + ": weight_map['" + std::string(field.key) +
+                           "'] is not a string");
+        }
+        const auto [it, added] = shard_of_name.emplace(file, names.size());
+        if (added) names.push_back(file);
+        entries.emplace_back(std::string(field.key), it->second);
       }
+      // Shards in name order, as a directory listing would give them.
+      std::vector<std::size_t> order(names.size());
+      for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::sort(order.begin(), order.end(),
+                [&](std::size_t a, std::size_t b) { return names[a] < names[b]; });
+      std::vector<std::size_t> position(names.size());
+      for (std::size_t p = 0; p < order.size(); ++p) {
+        position[order[p]] = p;
+        files.push_back((dir / names[order[p]]).string());
+      }
+      for (auto& entry : entries) entry.second = position[entry.second];
     });
     for (const auto& f : files) {
       if (!fs::exists(f))
         throw InputError(index.string() + " lists shard " + f + ", which does not exist");
     }
+    weight_map = std::move(entries);
   } else {
     for (const auto& e : fs::directory_iterator(dir)) {
       if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
     }
+    std::sort(files.begin(), files.end());
   }
-  std::sort(files.begin(), files.end());
   if (files.empty()) throw InputError(dir.string() + ": no .safetensors shards");
   return files;
 }
 
-// Every entry of the index's weight_map names a tensor that its shard really holds.
-void check_weight_map(const fs::path& dir, const std::map<std::string, StoredTensor>& tensors,
-                      const std::vector<std::string>& files) {
-  const fs::path index = dir / "model.safetensors.index.json";
-  if (!fs::exists(index)) return;
-  read_json_file(index, [&](const json& j) {
-    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-      auto t = tensors.find(it.key());
-      const std::string f = (dir / it.value().get<std::string>()).string();
-      if (t == tensors.end() || files[t->second.file] != f) {
-        throw InputError(index.string() + ": weight_map puts '" + it.key() + "' in " + f +
-                         (t == tensors.end() ? ", but no shard holds it"
-                                             : ", but it is in " + files[t->second.file]));
-      }
-    }
-  });
+fs::path first_gguf_file(const fs::path& path) {
+  if (!fs::is_directory(path)) return path;
+  std::vector<fs::path> ggufs;
+  for (const auto& e : fs::directory_iterator(path)) {
+    if (is_gguf(e.path())) ggufs.push_back(e.path());
+  }
+  std::sort(ggufs.begin(), ggufs.end());
+  if (ggufs.empty()) throw InputError(path.string() + ": --load-format gguf but no .gguf file");
+  return ggufs.front();
 }
 
 }  // namespace
 
-Checkpoint Checkpoint::open(const fs::path& path, std::optional<FormatKind> load_format) {
+Checkpoint Checkpoint::discover(const fs::path& path, std::optional<FormatKind> load_format) {
   const FormatKind kind = load_format ? *load_format : detect_format(path);
   Checkpoint ck(Format::of(kind));
   ck.root_ = path.string();
   if (kind == FormatKind::kGguf) {
-    fs::path first = path;
-    if (fs::is_directory(path)) {
-      std::vector<fs::path> ggufs;
-      for (const auto& e : fs::directory_iterator(path)) {
-        if (is_gguf(e.path())) ggufs.push_back(e.path());
-      }
-      std::sort(ggufs.begin(), ggufs.end());
-      if (ggufs.empty()) throw InputError(path.string() + ": --load-format gguf but no .gguf file");
-      first = ggufs.front();
-    }
-    const auto parts = gguf_split_files(first);
-    std::vector<GgufFile> headers(parts.size());
-    for (std::size_t i = 0; i < parts.size(); ++i) {
-      headers[i] = read_gguf_header(parts[i]);
-      ck.files_.push_back(parts[i].string());
-      for (auto& t : headers[i].tensors) {
-        auto [it, inserted] = ck.tensors_.emplace(t.name, StoredTensor{i, t});
-        if (!inserted) {
-          throw InputError("tensor '" + t.name + "' is stored twice: in " +
-                           ck.files_[it->second.file] + " and " + parts[i].string());
-        }
-      }
-    }
-    ck.config_ = config_from_gguf(headers.front(), ck.tensors_);
-    ck.gguf_ = std::move(headers.front());
-    return ck;
+    for (const fs::path& part : gguf_split_files(first_gguf_file(path)))
+      ck.files_.push_back(part.string());
+    return ck;  // the config lives in the first file's header
   }
   if (!fs::is_directory(path)) {
     throw InputError(path.string() + ": --load-format " + std::string(format_name(kind)) +
                      " needs a checkpoint directory");
   }
-  ck.files_ = safetensors_files(path);
-  index_safetensors(ck.files_, ck.tensors_);
-  check_weight_map(path, ck.tensors_, ck.files_);
+  ck.files_ = safetensors_files(path, ck.weight_map_);
   ck.config_ = read_config_json(path / "config.json");
   if (ck.config_.is_draft() != (kind == FormatKind::kDraft)) {
     throw InputError((path / "config.json").string() + ": model_type '" + ck.config_.model_type +
@@ -313,9 +289,112 @@ Checkpoint Checkpoint::open(const fs::path& path, std::optional<FormatKind> load
     const fs::path d = path / "quant_model_description.json";
     ck.modelslim_ = parse_modelslim_description(read_text(d), d.string());
   }
-  // The official release names everything under "language_model."; accept flat exports too.
-  ck.prefix_ =
-      ck.tensors_.count("language_model.model.embed_tokens.weight") ? "language_model." : "";
+  return ck;
+}
+
+ShardHeader Checkpoint::read_shard_header(std::size_t file) const {
+  if (file >= files_.size())
+    throw InternalError("read_shard_header: no file " + std::to_string(file));
+  ShardHeader h;
+  if (format_.kind() == FormatKind::kGguf) {
+    GgufFile g = read_gguf_header(files_[file]);
+    h.tensors = std::move(g.tensors);
+    g.tensors.clear();
+    if (file == 0) h.gguf = std::move(g);
+  } else {
+    h.tensors = read_safetensors_header(files_[file]).tensors;
+  }
+  return h;
+}
+
+void Checkpoint::add_headers(std::vector<ShardHeader> headers) {
+  if (headers.size() != files_.size()) {
+    throw InternalError("add_headers: " + std::to_string(headers.size()) + " headers for " +
+                        std::to_string(files_.size()) + " files");
+  }
+  std::size_t count = 0;
+  for (const ShardHeader& h : headers) count += h.tensors.size();
+  tensors_.reserve(count);
+  for (std::size_t i = 0; i < headers.size(); ++i) {
+    for (TensorEntry& t : headers[i].tensors) {
+      std::string name = t.name;
+      tensor_bytes_ += t.nbytes;
+      auto [it, inserted] = tensors_.emplace(std::move(name), StoredTensor{i, std::move(t)});
+      if (!inserted) {
+        throw InputError("tensor '" + it->first + "' is stored twice: in " +
+                         files_[it->second.file] + " and " + files_[i]);
+      }
+    }
+  }
+  if (format_.kind() == FormatKind::kGguf) {
+    if (!headers.front().gguf)
+      throw InternalError("add_headers: the first GGUF file's metadata is missing");
+    config_ = config_from_gguf(*headers.front().gguf, tensors_);
+    gguf_ = std::move(headers.front().gguf);
+  } else {
+    // Every entry of the index's weight_map names a tensor that its shard really holds.
+    const std::string index = (fs::path(root_) / "model.safetensors.index.json").string();
+    for (const auto& [tensor, file] : weight_map_) {
+      auto t = tensors_.find(tensor);
+      if (t == tensors_.end() || t->second.file != file) {
+        throw InputError(index + ": weight_map puts '" + tensor + "' in " + files_[file] +
+                         (t == tensors_.end() ? ", but no shard holds it"
+                                              : ", but it is in " + files_[t->second.file]));
+      }
+    }
+    weight_map_.clear();
+    weight_map_.shrink_to_fit();
+    // The official release names everything under "language_model."; accept flat exports too.
+    prefix_ = tensors_.count("language_model.model.embed_tokens.weight") ? "language_model." : "";
+  }
+  // No stored form packs a weight into fewer than 2 bits (Q2_K takes 2.625): a config that
+  // declares more weights than the tensors can hold names counts the files do not have.
+  constexpr double kLeastBitsPerWeight = 2.0;
+  const double least_bytes = config_.least_parameter_count() * kLeastBitsPerWeight / 8;
+  if (least_bytes > static_cast<double>(tensor_bytes_)) {
+    const std::string source = format_.kind() == FormatKind::kGguf
+                                   ? files_.front()
+                                   : (fs::path(root_) / "config.json").string();
+    char text[256];
+    std::snprintf(text, sizeof text,
+                  ": the config declares at least %.3g weights (%.3f GiB at %.0f bits each), but "
+                  "the %zu tensors hold %.3f GiB; a layer, expert or head count is far beyond "
+                  "what the checkpoint stores",
+                  config_.least_parameter_count(), least_bytes / double(1ull << 30),
+                  kLeastBitsPerWeight, tensors_.size(),
+                  static_cast<double>(tensor_bytes_) / double(1ull << 30));
+    throw InputError(source + text);
+  }
+  indexed_ = true;
+}
+
+Checkpoint Checkpoint::open(const fs::path& path, std::optional<FormatKind> load_format) {
+  Checkpoint ck = discover(path, load_format);
+  // Every header in parallel (351 shards must take seconds, not minutes); the first failing
+  // file in order is reported, deterministically.
+  std::vector<ShardHeader> headers(ck.files().size());
+  std::vector<std::string> errors(ck.files().size());
+  oneapi::tbb::parallel_for(std::size_t{0}, ck.files().size(), [&](std::size_t i) {
+    try {
+      headers[i] = ck.read_shard_header(i);
+    } catch (const Error& e) {
+      errors[i] = e.what();
+    }
+  });
+  for (const auto& e : errors) {
+    if (!e.empty()) throw InputError(e);
+  }
+  ck.add_headers(std::move(headers));
+  return ck;
+}
+
+Checkpoint Checkpoint::view(std::string root, FormatKind kind, ModelConfig config,
+                            std::vector<std::string> files, std::string name_prefix) {
+  Checkpoint ck(Format::of(kind));
+  ck.root_ = std::move(root);
+  ck.config_ = std::move(config);
+  ck.files_ = std::move(files);
+  ck.prefix_ = std::move(name_prefix);
   return ck;
 }
 
@@ -324,10 +403,6 @@ const StoredTensor* Checkpoint::find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
-std::uint64_t Checkpoint::tensor_bytes() const {
-  std::uint64_t total = 0;
-  for (const auto& [name, t] : tensors_) total += t.entry.nbytes;
-  return total;
-}
+std::uint64_t Checkpoint::tensor_bytes() const { return tensor_bytes_; }
 
 }  // namespace k3::model

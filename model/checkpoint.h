@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "model/config.h"
@@ -27,24 +28,50 @@ struct ModelSlimDescription {
   std::string model_quant_type;  // e.g. "W4A8_DYNAMIC"
   std::string version;           // "1.0.0": the new int4 packing
   int group_size = 0;            // 0: per-channel
-  std::map<std::string, std::string>
+  std::unordered_map<std::string, std::string>
       schemes;  // "...weight" -> FLOAT | W8A8 | W8A8_DYNAMIC | W4A8_DYNAMIC
   std::string scheme_of(const std::string& weight_name) const;  // "" when absent
 };
 ModelSlimDescription parse_modelslim_description(const std::string& text,
                                                  const std::string& source);
 
+// One file's part of the tensor index; for the first file of a GGUF set also its metadata
+// (the config and the vocabulary live there).
+struct ShardHeader {
+  std::vector<TensorEntry> tensors;
+  std::optional<GgufFile> gguf;  // metadata only (its tensors are in `tensors`)
+};
+
+// A checkpoint is opened in three stages, so that a job can spread the middle one over its
+// ranks (model/pipeline.h): discover() reads the small files (format, file list, config.json,
+// the ModelSlim description, the index), read_shard_header() one file's header, and
+// add_headers() joins the headers into the tensor index and runs every check that spans files.
+// open() does all three in this process.
 class Checkpoint {
  public:
   // `path` is a checkpoint directory or a .gguf file (the first of a split set is enough).
   static Checkpoint open(const std::filesystem::path& path,
                          std::optional<FormatKind> load_format = std::nullopt);
 
+  static Checkpoint discover(const std::filesystem::path& path,
+                             std::optional<FormatKind> load_format = std::nullopt);
+  ShardHeader read_shard_header(std::size_t file) const;
+  // `headers[i]` is file i's. Throws InputError for a tensor stored twice, an index that
+  // disagrees with the headers, or a config the tensors cannot hold.
+  void add_headers(std::vector<ShardHeader> headers);
+
+  // What a rank that did not read the headers knows: the planning rank's format, config and
+  // files, and no tensor index (its load plan names the bytes it reads).
+  static Checkpoint view(std::string root, FormatKind kind, ModelConfig config,
+                         std::vector<std::string> files, std::string name_prefix);
+  bool has_index() const { return indexed_; }
+
   const std::string& root() const { return root_; }
   const Format& format() const { return format_; }
   const ModelConfig& config() const { return config_; }
   const std::vector<std::string>& files() const { return files_; }
-  const std::map<std::string, StoredTensor>& tensors() const { return tensors_; }
+  // The index: every stored tensor by name (unordered; sort names where order shows).
+  const std::unordered_map<std::string, StoredTensor>& tensors() const { return tensors_; }
   const StoredTensor* find(const std::string& name) const;
   const std::optional<ModelSlimDescription>& modelslim() const { return modelslim_; }
   const std::optional<GgufFile>& gguf() const { return gguf_; }  // the first file's metadata
@@ -55,10 +82,14 @@ class Checkpoint {
  private:
   Checkpoint(Format format) : format_(format) {}
   std::string root_;
+  bool indexed_ = false;
+  std::uint64_t tensor_bytes_ = 0;
+  // model.safetensors.index.json's weight_map (tensor -> file index), checked against the headers.
+  std::vector<std::pair<std::string, std::size_t>> weight_map_;
   Format format_;
   ModelConfig config_;
   std::vector<std::string> files_;
-  std::map<std::string, StoredTensor> tensors_;
+  std::unordered_map<std::string, StoredTensor> tensors_;
   std::optional<ModelSlimDescription> modelslim_;
   std::optional<GgufFile> gguf_;
   std::string prefix_;
@@ -72,6 +103,6 @@ std::vector<std::filesystem::path> gguf_split_files(const std::filesystem::path&
 
 // Kimi-K3 config from GGUF metadata (llama.cpp's kimi-k3 keys) and tensor shapes.
 ModelConfig config_from_gguf(const GgufFile& first,
-                             const std::map<std::string, StoredTensor>& tensors);
+                             const std::unordered_map<std::string, StoredTensor>& tensors);
 
 }  // namespace k3::model

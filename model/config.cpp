@@ -56,6 +56,36 @@ void ModelConfig::validate(const std::string& source) const {
     positive("linear_attn_config.head_dim", kda_head_dim);
     positive("linear_attn_config.short_conv_kernel_size", kda_conv_kernel);
   }
+  // Far above any real model, and low enough that no product of two of them (a projection's
+  // rows, a head block) overflows: an absurd value is refused here, before any per-layer or
+  // per-expert structure is sized from it.
+  auto at_most = [&](const char* name, long long v, long long limit) {
+    if (v > limit) {
+      fail(std::string(name) + " = " + std::to_string(v) + ", expected at most " +
+           std::to_string(limit));
+    }
+  };
+  constexpr long long kMaxWidth = 1 << 20, kMaxCount = 1 << 16, kMaxHeadDim = 1 << 12;
+  at_most("hidden_size", hidden_size, kMaxWidth);
+  at_most("num_hidden_layers", num_hidden_layers, kMaxHeadDim);
+  at_most("vocab_size", vocab_size, 1 << 24);
+  at_most("intermediate_size", intermediate_size, kMaxWidth);
+  at_most("num_attention_heads", num_attention_heads, kMaxHeadDim);
+  at_most("q_lora_rank", q_lora_rank, kMaxWidth);
+  at_most("kv_lora_rank", kv_lora_rank, kMaxWidth);
+  at_most("qk_nope_head_dim", qk_nope_head_dim, kMaxHeadDim);
+  at_most("qk_rope_head_dim", qk_rope_head_dim, kMaxHeadDim);
+  at_most("v_head_dim", v_head_dim, kMaxHeadDim);
+  at_most("num_experts", num_experts, kMaxCount);
+  at_most("num_shared_experts", num_shared_experts, kMaxHeadDim);
+  at_most("moe_intermediate_size", moe_intermediate_size, kMaxWidth);
+  at_most("routed_expert_hidden_size", routed_expert_hidden_size, kMaxWidth);
+  at_most("attn_res_block_size", attn_res_block_size, kMaxCount);
+  at_most("linear_attn_config.num_heads", kda_num_heads, kMaxHeadDim);
+  at_most("linear_attn_config.head_dim", kda_head_dim, kMaxHeadDim);
+  at_most("linear_attn_config.short_conv_kernel_size", kda_conv_kernel, kMaxHeadDim);
+  at_most("target_layer_ids entries", static_cast<long long>(draft_target_layers.size()),
+          kMaxHeadDim);
   if (num_shared_experts < 0) fail("num_shared_experts < 0");
   if (first_k_dense_replace < 0 || first_k_dense_replace > num_hidden_layers) {
     fail("first_k_dense_replace = " + std::to_string(first_k_dense_replace) +
@@ -85,6 +115,25 @@ void ModelConfig::validate(const std::string& source) const {
            std::to_string(vocab_size));
     }
   }
+}
+
+double ModelConfig::least_parameter_count() const {
+  const double hidden = hidden_size, vocab = vocab_size;
+  const double layers = num_hidden_layers;
+  const double mla = static_cast<double>(full_attn_layers.size());
+  const double mla_layer =
+      hidden * q_lora_rank + double(q_lora_rank) * num_attention_heads * qk_head_dim() +
+      hidden * kv_lora_rank +
+      double(kv_lora_rank) * num_attention_heads * (qk_nope_head_dim + v_head_dim) +
+      double(num_attention_heads) * v_head_dim * hidden;
+  const double dense_mlp = 3 * hidden * intermediate_size;
+  double count = 2 * vocab * hidden + layers * 2 * hidden;  // embedding, LM head, norms
+  if (is_draft()) return count + layers * (mla_layer + dense_mlp);
+  const double kda_layer = 4 * hidden * double(kda_num_heads) * kda_head_dim;
+  const double dense = first_k_dense_replace, moe = layers - dense;
+  const double experts =
+      double(num_experts) * 3 * routed_expert_hidden_size * moe_intermediate_size;
+  return count + mla * mla_layer + (layers - mla) * kda_layer + dense * dense_mlp + moe * experts;
 }
 
 ModelConfig preset_config(const std::string& name) {

@@ -68,6 +68,10 @@ struct ModelConfig {
   // Throws k3::InputError naming `source` and the field for any inconsistent value.
   void validate(const std::string& source) const;
 
+  // A lower bound on the weights the config declares (the large matrices of every layer, the
+  // embedding and the LM head), for checking it against the bytes a checkpoint stores.
+  double least_parameter_count() const;
+
   static constexpr int kReservedSpecialTokens = 256;
 };
 

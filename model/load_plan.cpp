@@ -82,7 +82,8 @@ LoadPlan make_load_plan(const Checkpoint& ck, const std::vector<Binding>& bindin
       "rank " + std::to_string(rank) + ", format " + std::string(ck.format().name()) + ": ";
   for (const Binding& b : bindings) {
     PlannedParam pp;
-    pp.binding = &b;
+    pp.spec = b.spec;
+    pp.repr = b.repr;
     try {
       pp.box = slice_for_rank(b.spec, layout, rank);
     } catch (const InputError& e) {
@@ -119,9 +120,10 @@ LoadPlan make_load_plan(const Checkpoint& ck, const std::vector<Binding>& bindin
         }
       }
       // else: a replicated helper tensor of another rank ([1, H] projection): read it whole.
-      auto add_read = [&](const std::string& tensor, std::vector<std::int64_t> l,
-                          std::vector<std::int64_t> h) {
-        const StoredTensor* st = ck.find(tensor);
+      auto add_read = [&](std::size_t which, const std::vector<std::int64_t>& l,
+                          const std::vector<std::int64_t>& h) {
+        const std::string& tensor = part.tensors[which];
+        const StoredTensor* st = which < part.stored.size() ? part.stored[which] : ck.find(tensor);
         if (!st) {
           problems.push_back(who + "tensor '" + tensor + "' vanished from the index");
           return;
@@ -141,7 +143,7 @@ LoadPlan make_load_plan(const Checkpoint& ck, const std::vector<Binding>& bindin
       };
       if (experts && part.per_expert()) {
         for (std::int64_t e = pp.box.begin[0]; e < pp.box.end[0]; ++e)
-          add_read(part.tensors[e], lo, hi);
+          add_read(static_cast<std::size_t>(e), lo, hi);
       } else if (experts) {
         lo[0] = pp.box.begin[0];
         hi[0] = pp.box.end[0];
@@ -152,9 +154,9 @@ LoadPlan make_load_plan(const Checkpoint& ck, const std::vector<Binding>& bindin
           lo[2] = pp.box.begin[2] / part.col_div;
           hi[2] = pp.box.end[2] / part.col_div;
         }
-        add_read(part.tensors.front(), lo, hi);
+        add_read(0, lo, hi);
       } else {
-        add_read(part.tensors.front(), lo, hi);
+        add_read(0, lo, hi);
       }
     }
     plan.bytes += pp.bytes;

@@ -31,9 +31,11 @@ struct PartRead {
   std::uint64_t bytes = 0;
 };
 
+// Self-contained: a rank that receives its plan from the planning rank has no bindings.
 struct PlannedParam {
-  const Binding* binding = nullptr;
-  SliceBox box;  // logical slice this rank holds
+  ParamSpec spec;
+  Representation repr;  // as the binding chose it
+  SliceBox box;         // logical slice this rank holds
   std::vector<PartRead> reads;
   std::uint64_t bytes = 0;
 };

@@ -78,7 +78,7 @@ WeightBytes take(ParamBuffers& b, const std::string& role) {
 
 // Per-expert routed-expert tensors (hf, modelslim) stay in place, one segment per expert, when
 // each expert's slice is one contiguous range (no MoE-TP column split).
-bool segmentable(const Binding& b, const std::string& role,
+bool segmentable(const PlannedParam& b, const std::string& role,
                  const std::vector<const PartRead*>& reads) {
   if (b.spec.family != ParamFamily::kRoutedExpert || reads.size() < 2) return false;
   if (role != "weight" && role != "packed" && role != "e8m0") return false;
@@ -91,7 +91,7 @@ bool segmentable(const Binding& b, const std::string& role,
 
 // A role can stay in the mapped file when it is one contiguous range used as it is stored:
 // a matrix (no conversion), read by a single run (no column slice, no per-expert gathering).
-bool mappable(const Binding& b, const std::string& role,
+bool mappable(const PlannedParam& b, const std::string& role,
               const std::vector<const PartRead*>& reads) {
   const ParamFamily f = b.spec.family;
   if (f == ParamFamily::kVector || f == ParamFamily::kAttnResScore || f == ParamFamily::kKdaDecay)
@@ -104,7 +104,7 @@ bool mappable(const Binding& b, const std::string& role,
 }
 
 Weight materialize(const PlannedParam& pp, ParamBuffers& bufs) {
-  const Binding& b = *pp.binding;
+  const PlannedParam& b = pp;
   Weight w;
   w.name = b.spec.name;
   w.box = pp.box;
@@ -206,7 +206,7 @@ LoadResult load(const Checkpoint& ck, const LoadPlan& plan, const ProgressFn& pr
       ParamBuffers& b = buffers[p];
       b.dtype.emplace(role, reads.front()->dtype);
       b.extent.emplace(role, reads.front()->box_extent);
-      if (segmentable(*pp.binding, role, reads)) {
+      if (segmentable(pp, role, reads)) {
         for (const PartRead* r : reads) {
           b.segments[role].emplace_back(maps[r->file],
                                         maps[r->file]->bytes(r->runs[0].offset, r->bytes));
@@ -214,7 +214,7 @@ LoadResult load(const Checkpoint& ck, const LoadPlan& plan, const ProgressFn& pr
         }
         continue;
       }
-      if (mappable(*pp.binding, role, reads)) {
+      if (mappable(pp, role, reads)) {
         const PartRead& r = *reads.front();
         b.mapped.emplace(role,
                          WeightBytes(maps[r.file], maps[r.file]->bytes(r.runs[0].offset, r.bytes)));
@@ -303,7 +303,7 @@ std::vector<std::string> audit(const Checkpoint& ck, const LoadPlan& plan,
   std::vector<std::string> problems;
   const std::string who =
       "rank " + std::to_string(plan.rank) + ", format " + std::string(ck.format().name());
-  auto report = [&](const Binding& b, const std::string& tensor, const std::string& expected,
+  auto report = [&](const PlannedParam& b, const std::string& tensor, const std::string& expected,
                     const std::string& actual) {
     std::string cap = b.repr.asked ? std::string(capability_name(*b.repr.asked)) + "=" +
                                          (b.repr.answer ? "true" : "false")
@@ -313,7 +313,7 @@ std::vector<std::string> audit(const Checkpoint& ck, const LoadPlan& plan,
   };
   std::size_t seen = 0;
   for (const PlannedParam& pp : plan.params) {
-    const Binding& b = *pp.binding;
+    const PlannedParam& b = pp;
     if (!weights.has(b.spec.name)) {
       report(b, b.spec.name, "a loaded weight", "nothing (placeholder left unfilled)");
       continue;

@@ -9,7 +9,7 @@
 #include <set>
 
 #include "common/error.h"
-#include "common/json.h"
+#include "common/large_json.h"
 #include "model/file.h"
 
 namespace k3::model {
@@ -59,83 +59,81 @@ SafetensorsHeader parse_header(std::span<const std::uint8_t> prefix, std::uint64
   h.data_start = 8 + header_len;
   const std::string_view text(reinterpret_cast<const char*>(prefix.data() + 8), header_len);
 
-  // nlohmann keeps the last of duplicate keys silently; a lying header must not get that far.
-  std::set<std::string> top_keys;
-  std::string duplicate;
-  const json root =
-      parse_json(text, {source, "a safetensors header is one JSON object of tensor entries"},
-                 [&](int depth, json::parse_event_t event, json& parsed) {
-                   if (depth == 1 && event == json::parse_event_t::key) {
-                     const auto key = parsed.get<std::string>();
-                     if (!top_keys.insert(key).second && duplicate.empty()) duplicate = key;
-                   }
-                   return true;
-                 });
-  if (!duplicate.empty()) fail(source, "header names " + tensor_label(duplicate) + " twice");
-  if (!root.is_object()) fail(source, "header is not a JSON object");
+  const LargeJson doc(text, {source, "a safetensors header is one JSON object of tensor entries"});
+  simdjson::dom::object root;
+  if (doc.root().get(root)) fail(source, "header is not a JSON object");
 
+  // A lying header may name a tensor twice; the first repeat is reported.
+  std::set<std::string_view> names;
   const std::uint64_t data_size = file_size - h.data_start;
-  for (auto it = root.begin(); it != root.end(); ++it) {
-    const std::string& name = it.key();
-    const json& v = it.value();
+  h.tensors.reserve(root.size());
+  for (const auto field : root) {
+    const std::string_view name = field.key;
+    if (!names.insert(name).second)
+      fail(source, "header names " + tensor_label(std::string(name)) + " twice");
+    const simdjson::dom::element v = field.value;
     if (name == "__metadata__") {
-      if (!v.is_object()) fail(source, "__metadata__ is not an object");
-      for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string())
-          fail(source, "__metadata__ value '" + m.key() + "' is not a string");
-        h.metadata[m.key()] = m.value().get<std::string>();
+      simdjson::dom::object metadata;
+      if (v.get(metadata)) fail(source, "__metadata__ is not an object");
+      for (const auto m : metadata) {
+        std::string_view value;
+        if (m.value.get(value))
+          fail(source, "__metadata__ value '" + std::string(m.key) + "' is not a string");
+        h.metadata[std::string(m.key)] = std::string(value);
       }
       continue;
     }
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
-        !v.contains("data_offsets")) {
-      fail(source, tensor_label(name) + " needs an object with dtype, shape and data_offsets");
+    simdjson::dom::element dtype, shape, offsets;
+    simdjson::dom::object entry;
+    if (v.get(entry) || entry["dtype"].get(dtype) || entry["shape"].get(shape) ||
+        entry["data_offsets"].get(offsets)) {
+      fail(source,
+           tensor_label(std::string(name)) + " needs an object with dtype, shape and data_offsets");
     }
     TensorEntry t;
-    t.name = name;
-    const json& dtype = v["dtype"];
-    if (!dtype.is_string()) fail(source, tensor_label(name) + ": dtype is not a string");
-    const auto parsed = dtype_from_safetensors(dtype.get<std::string>());
+    t.name = std::string(name);
+    std::string_view dtype_text;
+    if (dtype.get(dtype_text)) fail(source, tensor_label(t.name) + ": dtype is not a string");
+    const auto parsed = dtype_from_safetensors(std::string(dtype_text));
     if (!parsed) {
-      fail(source, tensor_label(name) + ": dtype '" + dtype.get<std::string>() +
+      fail(source, tensor_label(t.name) + ": dtype '" + std::string(dtype_text) +
                        "' is not supported (F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
     }
     t.dtype = *parsed;
-    const json& shape = v["shape"];
-    if (!shape.is_array() || shape.size() > 8) {
-      fail(source, tensor_label(name) + ": shape must be an array of at most 8 dimensions");
+    simdjson::dom::array dims;
+    if (shape.get(dims) || dims.size() > 8) {
+      fail(source, tensor_label(t.name) + ": shape must be an array of at most 8 dimensions");
     }
-    for (const json& d : shape) {
-      if (!d.is_number_unsigned()) {
-        fail(source, tensor_label(name) + ": shape " + shape.dump() +
+    for (const simdjson::dom::element d : dims) {
+      std::uint64_t extent = 0;
+      if (!d.is<std::uint64_t>() || d.get(extent)) {
+        fail(source, tensor_label(t.name) + ": shape " + simdjson::minify(shape) +
                          " has a non-integer or negative dimension");
       }
-      t.shape.push_back(
-          static_cast<std::int64_t>(std::min<std::uint64_t>(d.get<std::uint64_t>(), INT64_MAX)));
+      t.shape.push_back(static_cast<std::int64_t>(std::min<std::uint64_t>(extent, INT64_MAX)));
     }
-    const json& offsets = v["data_offsets"];
-    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
-        !offsets[1].is_number_unsigned()) {
-      fail(source, tensor_label(name) + ": data_offsets must be two non-negative integers, got " +
-                       offsets.dump());
+    simdjson::dom::array range;
+    std::uint64_t begin = 0, end = 0;
+    if (offsets.get(range) || range.size() != 2 || !range.at(0).is<std::uint64_t>() ||
+        !range.at(1).is<std::uint64_t>() || range.at(0).get(begin) || range.at(1).get(end)) {
+      fail(source, tensor_label(t.name) + ": data_offsets must be two non-negative integers, got " +
+                       simdjson::minify(offsets));
     }
-    const auto begin = offsets[0].get<std::uint64_t>();
-    const auto end = offsets[1].get<std::uint64_t>();
     if (begin > end) {
-      fail(source, tensor_label(name) + ": data_offsets [" + std::to_string(begin) + ", " +
+      fail(source, tensor_label(t.name) + ": data_offsets [" + std::to_string(begin) + ", " +
                        std::to_string(end) + "] end before they begin");
     }
     const auto expected = tensor_bytes(t.dtype, t.shape);
     if (!expected)
-      fail(source, tensor_label(name) + ": shape " + shape_string(t.shape) + " overflows");
+      fail(source, tensor_label(t.name) + ": shape " + shape_string(t.shape) + " overflows");
     if (end - begin != *expected) {
-      fail(source, tensor_label(name) + ": data_offsets [" + std::to_string(begin) + ", " +
+      fail(source, tensor_label(t.name) + ": data_offsets [" + std::to_string(begin) + ", " +
                        std::to_string(end) + "] hold " + std::to_string(end - begin) +
                        " bytes, but " + std::string(dtype_name(t.dtype)) + " " +
                        shape_string(t.shape) + " needs " + std::to_string(*expected));
     }
     if (end > data_size) {
-      fail(source, "file is truncated: " + tensor_label(name) + " ends at byte " +
+      fail(source, "file is truncated: " + tensor_label(t.name) + " ends at byte " +
                        std::to_string(h.data_start + end) + " but the file has " +
                        std::to_string(file_size) + " bytes");
     }
@@ -172,7 +170,7 @@ SafetensorsHeader parse_header(std::span<const std::uint8_t> prefix, std::uint64
 
 SafetensorsHeader parse_safetensors_header(std::span<const std::uint8_t> prefix,
                                            std::uint64_t file_size, const std::string& source) {
-  return interpret_json(source, [&] { return parse_header(prefix, file_size, source); });
+  return interpret_large_json(source, [&] { return parse_header(prefix, file_size, source); });
 }
 
 SafetensorsHeader read_safetensors_header(const std::filesystem::path& path) {

@@ -16,6 +16,7 @@
 
 #include "apps/common/layout_options.h"
 #include "model/binding.h"
+#include "model/pipeline.h"
 #include "model/checkpoint.h"
 #include "model/load_plan.h"
 #include "model/synth.h"
@@ -211,18 +212,14 @@ int plan(const std::vector<std::string>& args) {
   spec.world = world;
   const dist::Layout layout = dist::Layout::make(spec);
   const auto t0 = Clock::now();
-  const model::Checkpoint ck = model::Checkpoint::open(dir, load_format(format));
+  const model::JobPlan job = model::plan_job(dir, load_format(format), layout);
+  const model::Checkpoint& ck = job.checkpoint;
+  const model::BindResult& bound = job.bound;
   const double t_open = seconds_since(t0);
-  const auto specs = model::kimi_k3_parameters(ck.config(), layout);
-  const model::BindResult bound = model::bind_parameters(ck, specs);
   std::printf("checkpoint: %s (%s; %zu files, %zu tensors, %s)\n", ck.root().c_str(),
               std::string(ck.format().name()).c_str(), ck.files().size(), ck.tensors().size(),
               human(ck.tensor_bytes()).c_str());
   std::printf("layout: %s\n", layout.summary().c_str());
-  if (!bound.problems.empty()) {
-    print_problems(bound.problems);
-    return 2;
-  }
   std::uint64_t min_b = UINT64_MAX, max_b = 0, total = 0;
   std::size_t min_t = SIZE_MAX, max_t = 0;
   for (int r = 0; r < layout.world(); ++r) {
@@ -238,7 +235,7 @@ int plan(const std::vector<std::string>& args) {
       std::printf("rank %d: %zu parameters, %zu tensor reads, %s from %zu file(s)\n", r,
                   p.params.size(), reads, human(p.bytes).c_str(), p.files.size());
       for (const auto& pp : p.params) {
-        const auto& b = *pp.binding;
+        const auto& b = pp;
         std::string box;
         for (std::size_t d = 0; d < pp.box.begin.size(); ++d) {
           box += fmt::format("{}{}:{}", d ? "," : "", pp.box.begin[d], pp.box.end[d]);
@@ -255,7 +252,7 @@ int plan(const std::vector<std::string>& args) {
   std::printf("per rank: min %s (%zu reads), max %s (%zu reads); all ranks %s; checkpoint %s\n",
               human(min_b).c_str(), min_t, human(max_b).c_str(), max_t, human(total).c_str(),
               human(ck.tensor_bytes()).c_str());
-  std::printf("data-free checks passed; headers read in %.2f s, planned %d ranks in %.2f s\n",
+  std::printf("data-free checks passed; headers read and bound in %.2f s, planned %d ranks in %.2f s\n",
               t_open, layout.world(), seconds_since(t0) - t_open);
   return 0;
 }

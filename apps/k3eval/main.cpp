@@ -84,13 +84,17 @@ int run_k3eval(dist::Runtime& runtime, int argc, char** argv) {
     if (runtime.rank() == 0) std::fputs(apps::layout_table(*layout, nodes).c_str(), stdout);
     std::fflush(stdout);
     // With a model the job goes on (--load-only, or the evaluation) after the table.
-    if (!options.load_only && options.model_path.empty()) return 0;
+    if (!options.load_only && !options.plan_only && options.model_path.empty()) return 0;
   }
-  if (options.load_only) {
+  if (options.plan_only || options.load_only) {
     runtime.collectively([&] {
-      if (options.model_path.empty()) throw UsageError("--load-only needs --model-path");
+      const char* mode = options.plan_only ? "--plan-only" : "--load-only";
+      if (options.plan_only && options.load_only)
+        throw UsageError("--plan-only and --load-only exclude each other");
+      if (options.model_path.empty()) throw UsageError(std::string(mode) + " needs --model-path");
     });
-    return apps::run_load_only(runtime, *groups, options);
+    return options.plan_only ? apps::run_plan_only(runtime, *groups, options)
+                             : apps::run_load_only(runtime, *groups, options);
   }
   if (options.command == "logits") return apps::run_logits(runtime, *groups, options);
   if (options.mode == "throughput") return apps::run_throughput_mode(runtime, *groups, options);

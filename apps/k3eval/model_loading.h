@@ -1,6 +1,6 @@
-// Every rank plans, loads and audits its slice of --model-path (and of --draft-model-path): the
-// step --load-only, `logits` and the evaluation share. A wrong checkpoint is reported once, by
-// the lowest failing rank, before any tensor data is read.
+// The checkpoint half of every mode: model::preflight() plans --model-path (and
+// --draft-model-path) once for the job, then each rank loads and audits its slice. A wrong
+// checkpoint is reported once, before any tensor data is read.
 #pragma once
 
 #include <cstdint>
@@ -9,33 +9,41 @@
 #include "apps/k3eval/options.h"
 #include "dist/groups.h"
 #include "dist/runtime.h"
-#include "model/binding.h"
-#include "model/checkpoint.h"
-#include "model/load_plan.h"
-#include "model/loader.h"
+#include "model/pipeline.h"
 
 namespace k3::apps {
 
 struct LoadedCheckpoint {
-  std::optional<model::Checkpoint> checkpoint;
-  model::BindResult bound;
-  std::optional<model::LoadPlan> plan;
+  std::optional<model::Preflight> preflight;
   std::optional<model::LoadResult> result;
+  explicit operator bool() const { return preflight.has_value(); }
+  const model::Checkpoint& checkpoint() const { return *preflight->checkpoint; }
 };
 
 struct LoadedModel {
   LoadedCheckpoint main, draft;
-  double plan_seconds = 0;
-  const model::ModelConfig& config() const { return main.checkpoint->config(); }
+  double plan_seconds = 0;  // preflight of both, on this rank
+  double load_seconds = 0;  // load and audit of both, on this rank
+  const model::ModelConfig& config() const { return main.checkpoint().config(); }
   const model::WeightStore& weights() const { return main.result->weights; }
 };
 
-// Collective over the world.
+// Collective over the world: preflight only (no tensor data read).
+LoadedModel plan_model(dist::Runtime& runtime, const dist::Groups& groups,
+                       const K3evalOptions& options);
+
+// Collective: loads and audits what plan_model() planned, each rank logging what it loaded
+// through which capability, rank 0 the production line "N/N shards loaded in T s (slowest
+// rank), G GiB over R ranks".
+void load_planned(dist::Runtime& runtime, const dist::Groups& groups, LoadedModel& model);
+
+// plan_model, then load_planned.
 LoadedModel load_model(dist::Runtime& runtime, const dist::Groups& groups,
                        const K3evalOptions& options);
 
-// Bytes in GiB, for the figures the job prints.
+// Bytes in GiB and MiB, for the figures the job prints.
 double gib(double bytes);
+double mib(double bytes);
 
 // This process's peak resident memory.
 std::uint64_t peak_rss_bytes();

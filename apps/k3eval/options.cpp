@@ -33,6 +33,9 @@ po::options_description describe(K3evalOptions& o) {
        "auto (detect), hf, modelslim, gguf or draft")
       ("draft-model-path", po::value(&o.draft_model_path)->value_name("PATH"),
        "a DSpark-style BF16 draft checkpoint, loaded beside --model-path")
+      ("plan-only", po::bool_switch(&o.plan_only),
+       "the pre-flight: every check of --model-path (and --draft-model-path) and every rank's "
+       "load plan, without reading tensor data; print each rank's share and peak RSS, exit")
       ("load-only", po::bool_switch(&o.load_only),
        "plan, load and audit this rank's slice of --model-path, print the figures, exit")
       ("artifacts-dir", po::value(&o.artifacts_dir)->value_name("DIR"),

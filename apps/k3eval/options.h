@@ -21,6 +21,7 @@ struct K3evalOptions {
   std::string model_path;  // --model-path: checkpoint directory or .gguf file
   std::string load_format = "auto";
   std::string draft_model_path;  // --draft-model-path: a DSpark-style draft beside the model
+  bool plan_only = false;
   bool load_only = false;
 
   // What to run: "eval" (default: the GSM8K evaluation, or --mode throughput), "logits" or

@@ -10,6 +10,7 @@
 #include "model/checkpoint.h"
 #include "model/load_plan.h"
 #include "model/loader.h"
+#include "model/pipeline.h"
 #include "model/parameters.h"
 #include "common/error.h"
 #include "quant/reference.h"
@@ -665,18 +666,11 @@ std::vector<double> ReferenceModel::moe(const MoeWeights& w, std::span<const dou
 }
 
 ReferenceModel load_reference_model(const std::filesystem::path& checkpoint) {
-  const Checkpoint ck = Checkpoint::open(checkpoint);
   dist::LayoutSpec spec;  // one rank holds every full parameter
   const dist::Layout layout = dist::Layout::make(spec);
-  const BindResult bound = bind_parameters(ck, kimi_k3_parameters(ck.config(), layout));
-  if (!bound.problems.empty()) {
-    std::string all;
-    for (const auto& p : bound.problems) all += "\n  " + p;
-    throw InputError(checkpoint.string() + ": cannot bind the reference model's parameters:" + all);
-  }
-  const LoadPlan plan = make_load_plan(ck, bound.bindings, layout, 0);
-  const LoadResult loaded = load(ck, plan);
-  return ReferenceModel(ck.config(), loaded.weights);
+  const JobPlan job = plan_job(checkpoint, std::nullopt, layout);
+  const LoadResult loaded = load_rank(job, layout, 0);
+  return ReferenceModel(job.checkpoint.config(), loaded.weights);
 }
 
 }  // namespace k3::model

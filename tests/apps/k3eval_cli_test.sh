@@ -125,13 +125,44 @@ case $case_name in
     expect_out "audit clean on every rank"
     [[ $(grep -c '^rank ' <<<"$out") -eq 8 ]] || fail "expected one line per rank: $out"
     ;;
+  plan_only_full_351_shards_64)
+    # The production failure at its real scale: 64 ranks pre-flight the full-size ModelSlim
+    # checkpoint (header-only, sparse), then the same with layer 55's kv_b_proj renamed in
+    # shard 207. Nothing but headers is read either way.
+    "$k3ckpt" synth --preset full --format modelslim --header-only --shards 351 --out "$work/full" >/dev/null ||
+      fail "synth failed"
+    run 64 "${production[@]}" --model-path "$work/full" --plan-only
+    expect_rc 0
+    expect_out "format: modelslim (quantized_latent_projections, modelslim_quantization, tiktoken_vocabulary)"
+    expect_out "plan-only: 351 shards, 746618 tensors, 1329.814 GiB checked without reading tensor data"
+    [[ $(grep -c '^rank .* MiB to read from .* shard(s), peak RSS' <<<"$out") -eq 64 ]] ||
+      fail "expected one line per rank: $out"
+    expect_err_once "[rank  0/64] [info] model $work/full: format modelslim"
+    python3 - "$work/full" <<'PY' || fail "could not damage the checkpoint"
+import json, struct, sys, pathlib
+d = pathlib.Path(sys.argv[1])
+name = "language_model.model.layers.55.self_attn.kv_b_proj.weight"
+shard = d / json.loads((d / "model.safetensors.index.json").read_text())["weight_map"][name]
+assert shard.name == "model-00207-of-00351.safetensors", shard
+with open(shard, "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    header = f.read(n)
+    f.seek(8)
+    f.write(header.replace(name.encode(), name.replace("kv_b_proj", "kv_b_lost").encode()))
+PY
+    run 64 "${production[@]}" --model-path "$work/full" --plan-only
+    expect_rc 2
+    expect_err_once "model-00207-of-00351.safetensors, but no shard holds it"
+    [[ -z $out ]] || fail "a rejected checkpoint printed a plan: $out"
+    ;;
   load_only_formats_8)
     for format in modelslim gguf; do
       "$k3ckpt" synth --format $format --shards 2 --out "$work/$format" >/dev/null || fail "synth $format failed"
       run 8 --model-path "$work/$format" --load-only --tp 8 --dp 2 --ep 8 --enable-dp-attention --enable-dp-lm-head
       expect_rc 0
       expect_out "2/2 shards loaded in"
-      expect_err_once "[rank 0/8] [info] $work/$format: format $format"
+      expect_err_once "[rank 0/8] [info] model $work/$format: format $format"
+      expect_err_once "[rank 0/8] [info] 2/2 shards loaded in"
     done
     ;;
   load_only_with_draft_4)

@@ -9,6 +9,8 @@
 
 #include "model/binding.h"
 #include "model/checkpoint.h"
+#include "model/pipeline.h"
+#include "model/wire.h"
 #include "model/load_plan.h"
 #include "model/loader.h"
 #include "model/synth.h"
@@ -301,6 +303,44 @@ TEST(DataFreeChecks, ShapeDisagreesWithConfig) {
             "expected [96, 512] from config.json");
 }
 
+// A config far beyond its tensors is refused from config + headers at once, before any
+// per-layer or per-expert structure is sized from it.
+TEST(DataFreeChecks, AbsurdConfigValuesAreRefusedAtOnce) {
+  const fs::path dir = copy_of(FormatKind::kHf, "hf-absurd-config");
+  const json original = json::parse(std::ifstream(dir / "config.json"));
+  auto open_with = [&](const char* key, long long value) {
+    json cfg = original;
+    cfg["text_config"][key] = value;
+    std::ofstream(dir / "config.json") << cfg.dump();
+    std::string message = "accepted";
+    try {
+      Checkpoint::open(dir);
+    } catch (const InputError& e) {
+      message = e.what();
+    }
+    return message;
+  };
+  const std::string config = (dir / "config.json").string();
+  EXPECT_EQ(open_with("num_hidden_layers", 1000000000),
+            config + ": invalid Kimi-K3 config: num_hidden_layers = 1000000000, expected at most 4096");
+  EXPECT_EQ(open_with("num_experts", 4000000000LL),
+            config + ": key 'text_config.num_experts' is 4000000000, expected a 32-bit integer");
+  EXPECT_EQ(open_with("moe_intermediate_size", 1 << 21),
+            config + ": invalid Kimi-K3 config: moe_intermediate_size = 2097152, expected at most "
+                     "1048576");
+  // Within the limits, but far beyond what the tensors hold.
+  const std::string beyond = open_with("num_experts", 60000);
+  EXPECT_EQ(beyond.rfind(config + ": the config declares at least ", 0), 0u) << beyond;
+  EXPECT_NE(beyond.find("a layer, expert or head count is far beyond what the checkpoint stores"),
+            std::string::npos);
+  // Every synthetic checkpoint stores comfortably more than the bound asks.
+  for (FormatKind kind : {FormatKind::kHf, FormatKind::kModelSlim, FormatKind::kGguf}) {
+    const Checkpoint ck = Checkpoint::open(checkpoint_dir(kind));
+    EXPECT_LT(ck.config().least_parameter_count() * 2 / 8, 0.8 * double(ck.tensor_bytes()))
+        << format_name(kind);
+  }
+}
+
 TEST(DataFreeChecks, DtypeDisagreesWithItsRole) {
   const fs::path dir = copy_of(FormatKind::kHf, "hf-bad-dtype");
   const std::string name =
@@ -510,6 +550,36 @@ TEST(Slices, ReconstructEveryTensorAt1_4_8_64Ranks) {
     check_reconstruction(kind, layout_of(8, 2, kind == FormatKind::kGguf ? 4 : 2, false));
     check_reconstruction(kind, layout_of(64, 4, 64, true));
     if (HasFatalFailure()) return;
+  }
+}
+
+// What the planning rank sends is what the rank would have planned itself.
+TEST(Pipeline, ConfigsAndPlansSurviveTheWire) {
+  for (FormatKind kind : {FormatKind::kHf, FormatKind::kModelSlim, FormatKind::kGguf}) {
+    const dist::Layout layout = layout_of(8, 2, 8, true);
+    const JobPlan job = plan_job(checkpoint_dir(kind), std::nullopt, layout);
+    const std::string config = to_wire(job.checkpoint.config());
+    EXPECT_EQ(to_wire(from_wire<ModelConfig>(config)), config) << format_name(kind);
+    EXPECT_EQ(from_wire<ModelConfig>(config).num_experts, job.checkpoint.config().num_experts);
+    for (int rank = 0; rank < layout.world(); ++rank) {
+      const LoadPlan plan = make_load_plan(job.checkpoint, job.bound.bindings, layout, rank);
+      const std::string bytes = to_wire(plan);
+      const LoadPlan back = from_wire<LoadPlan>(bytes);
+      EXPECT_EQ(to_wire(back), bytes);
+      ASSERT_EQ(back.params.size(), plan.params.size());
+      EXPECT_EQ(back.bytes, plan.bytes);
+      EXPECT_EQ(back.files, plan.files);
+      for (std::size_t i = 0; i < plan.params.size(); ++i) {
+        EXPECT_EQ(back.params[i].spec.name, plan.params[i].spec.name);
+        EXPECT_EQ(back.params[i].repr.text, plan.params[i].repr.text);
+        EXPECT_EQ(back.params[i].box.begin, plan.params[i].box.begin);
+        ASSERT_EQ(back.params[i].reads.size(), plan.params[i].reads.size());
+        for (std::size_t r = 0; r < plan.params[i].reads.size(); ++r) {
+          EXPECT_EQ(back.params[i].reads[r].tensor, plan.params[i].reads[r].tensor);
+          EXPECT_EQ(back.params[i].reads[r].runs.size(), plan.params[i].reads[r].runs.size());
+        }
+      }
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 #   nightly_gsm8k_8          sbatch -n 8 jobs/slurm/nightly-gsm8k.sbatch: COMPLETED, 0:0, artifacts
 #   nightly_gsm8k_failed_8   the same job with an impossible layout: FAILED, non-zero exit code
 #   production_64            jobs/slurm/production.sbatch at its 64 tasks (4 simulated nodes of 16)
+#   preflight_64             jobs/slurm/preflight.sbatch (--plan-only) at the same shape
 #   mpirun_wrapper_8         jobs/k3eval-mpirun.sh --small-host -n 8 with the nightly config
 set -uo pipefail
 case_name=$1
@@ -174,6 +175,17 @@ case $case_name in
     done
     logs=("$work/artifacts/$job"/logs/rank-000??.log)
     [[ ${#logs[@]} -eq 64 && -s ${logs[63]} ]] || fail "expected 64 rank logs in $work/artifacts/$job/logs"
+    ;;
+  preflight_64)
+    # The pre-flight before a production booking: the production shape with --plan-only.
+    submit --ntasks-per-node=64 "$repo/jobs/slurm/preflight.sbatch" --ranks-per-node 16 --model-path "$checkpoint"
+    wait_job 240
+    [[ $state == COMPLETED ]] || fail "JobState=$state, expected COMPLETED"
+    [[ $exit_code == 0:0 ]] || fail "ExitCode=$exit_code, expected 0:0"
+    grep -qF "layout: world=64 tp=64 dp=4 (DP attention) attn_tp=16 ep=64" "$output" || fail "output lacks the layout"
+    grep -qE "^plan-only: [0-9]+ shards, [0-9]+ tensors" "$output" || fail "output lacks the plan-only summary"
+    [[ $(grep -c '^rank .* MiB to read from' "$output") -eq 64 ]] || fail "expected 64 rank lines"
+    grep -q "shards loaded" "$output" && fail "the pre-flight loaded tensor data"
     ;;
   *)
     fail "unknown case"
