@@ -477,8 +477,8 @@ class Binder {
                 " input columns are not a multiple of the MXFP4 group of 32");
         return;
       }
-      StoredPart packed{"packed", {}, DType::kU8, {out, in / 2}, 1, 2, false};
-      StoredPart scale{"e8m0", {}, DType::kU8, {out, in / 32}, 1, 32, false};
+      StoredPart packed{"packed", {}, DType::kU8, {out, in / 2}, 1, 2, false, {}};
+      StoredPart scale{"e8m0", {}, DType::kU8, {out, in / 32}, 1, 32, false, {}};
       for (std::int64_t e = 0; e < E; ++e) {
         for (StoredPart* p : {&packed, &scale}) {
           const std::string name =
@@ -527,7 +527,7 @@ class Binder {
       }
       return;
     }
-    StoredPart dense_part{"weight", {}, DType::kBF16, {out, in}, 1, 1, false};
+    StoredPart dense_part{"weight", {}, DType::kBF16, {out, in}, 1, 1, false, {}};
     for (std::int64_t e = 0; e < E; ++e) {
       const std::string name = expert_name(e, ".weight");
       if (const StoredTensor* t = need(name, dense_part.shape, "")) {
