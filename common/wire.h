@@ -43,16 +43,17 @@ class WireWriter {
     put(static_cast<std::uint8_t>(value.has_value()));
     if (value) put_item(*value);
   }
+  // Anything put() takes directly (numbers, enums, strings, vectors, optionals), else the
+  // item's own encode().
   template <class T>
   void put_item(const T& item) {
-    if constexpr (std::is_arithmetic_v<T> || std::is_enum_v<T> || std::is_same_v<T, std::string>) {
+    if constexpr (requires { this->put(item); }) {
       put(item);
     } else {
       encode(*this, item);
     }
   }
 
-  void reserve(std::size_t bytes) { bytes_.reserve(bytes); }
   const std::string& bytes() const { return bytes_; }
   std::string take() { return std::move(bytes_); }
 
@@ -96,7 +97,7 @@ class WireReader {
   }
   template <class T>
   void get_item(T& item) {
-    if constexpr (std::is_arithmetic_v<T> || std::is_enum_v<T> || std::is_same_v<T, std::string>) {
+    if constexpr (requires { this->get(item); }) {
       get(item);
     } else {
       decode(*this, item);

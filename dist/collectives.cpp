@@ -49,6 +49,41 @@ void bcast(const Comm& comm, std::string& text, int root) {
   bcast(comm, std::span<char>(text.data(), text.size()), root);
 }
 
+std::string scatter_parts(const Comm& comm, std::span<const std::string> parts, int root) {
+  require_main_thread("scatter_parts");
+  std::vector<int> counts;
+  if (comm.rank() == root) {
+    if (static_cast<int>(parts.size()) != comm.size()) {
+      throw InternalError("scatter_parts: " + std::to_string(parts.size()) + " parts for " +
+                          std::to_string(comm.size()) + " members");
+    }
+    for (const std::string& p : parts) counts.push_back(checked_count(p.size(), "scatter_parts"));
+  }
+  int mine = 0;
+  check_mpi(MPI_Scatter(counts.data(), 1, MPI_INT, &mine, 1, MPI_INT, root, comm.handle()),
+            "MPI_Scatter");
+  std::string out(static_cast<std::size_t>(mine), '\0');
+  constexpr int kTag = 7301;
+  if (comm.rank() == root) {
+    std::vector<MPI_Request> sends;
+    for (int r = 0; r < comm.size(); ++r) {
+      if (r == root) continue;
+      sends.emplace_back();
+      check_mpi(
+          MPI_Isend(parts[static_cast<std::size_t>(r)].data(), counts[static_cast<std::size_t>(r)],
+                    MPI_CHAR, r, kTag, comm.handle(), &sends.back()),
+          "MPI_Isend");
+    }
+    out = parts[static_cast<std::size_t>(root)];
+    check_mpi(MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE),
+              "MPI_Waitall");
+  } else {
+    check_mpi(MPI_Recv(out.data(), mine, MPI_CHAR, root, kTag, comm.handle(), MPI_STATUS_IGNORE),
+              "MPI_Recv");
+  }
+  return out;
+}
+
 void barrier(const Comm& comm) {
   require_main_thread("barrier");
   check_mpi(MPI_Barrier(comm.handle()), "MPI_Barrier");

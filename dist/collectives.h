@@ -137,35 +137,9 @@ Gathered<T> gatherv(const Comm& comm, std::span<const T> mine, int root) {
   return out;
 }
 
-// Variable-length parts from `root`, part i to member i: on the root `all` holds counts[i]
-// elements for member i, in member order (`counts` is read on the root only). Each member
-// receives its part.
-template <class T>
-std::vector<T> scatterv(const Comm& comm, std::span<const T> all, std::span<const int> counts,
-                        int root) {
-  require_main_thread("scatterv");
-  std::vector<int> displs;
-  if (comm.rank() == root) {
-    if (static_cast<int>(counts.size()) != comm.size()) {
-      throw InternalError("scatterv: " + std::to_string(counts.size()) + " counts for " +
-                          std::to_string(comm.size()) + " members");
-    }
-    displs = displacements(counts, "scatterv");
-    if (static_cast<std::size_t>(displs.back()) + static_cast<std::size_t>(counts.back()) !=
-        all.size()) {
-      throw InternalError("scatterv: counts do not add up to the " + std::to_string(all.size()) +
-                          " elements sent");
-    }
-  }
-  int mine = 0;
-  check_mpi(MPI_Scatter(counts.data(), 1, MPI_INT, &mine, 1, MPI_INT, root, comm.handle()),
-            "MPI_Scatter");
-  std::vector<T> out(static_cast<std::size_t>(mine));
-  check_mpi(MPI_Scatterv(all.data(), counts.data(), displs.data(), mpi_type<T>(), out.data(),
-                         mine, mpi_type<T>(), root, comm.handle()),
-            "MPI_Scatterv");
-  return out;
-}
+// One byte string from `root` to each member, parts[i] to member i (`parts` is read on the root
+// only): like scatterv, without one buffer holding every part at once.
+std::string scatter_parts(const Comm& comm, std::span<const std::string> parts, int root);
 
 // Checks an alltoallv's send side (one count per member, adding up to `send_size`) and returns
 // its displacements; InternalError otherwise.

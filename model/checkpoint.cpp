@@ -266,6 +266,22 @@ fs::path first_gguf_file(const fs::path& path) {
 
 }  // namespace
 
+std::vector<std::string> header_files(const fs::path& path, FormatKind kind) {
+  std::vector<std::string> files;
+  if (kind == FormatKind::kGguf) {
+    for (const fs::path& part : gguf_split_files(first_gguf_file(path)))
+      files.push_back(part.string());
+    return files;
+  }
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return files;
+  for (const auto& e : fs::directory_iterator(path)) {
+    if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 Checkpoint Checkpoint::discover(const fs::path& path, std::optional<FormatKind> load_format) {
   const FormatKind kind = load_format ? *load_format : detect_format(path);
   Checkpoint ck(Format::of(kind));

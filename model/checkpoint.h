@@ -98,6 +98,11 @@ class Checkpoint {
 // Which format a path holds, from its files alone.
 FormatKind detect_format(const std::filesystem::path& path);
 
+// The files whose headers a checkpoint of `kind` at `path` may hold, found without reading any
+// of them: a GGUF split set, or every .safetensors file of the directory, in name order. A
+// reader can start on these while discover() reads the index (which may name fewer).
+std::vector<std::string> header_files(const std::filesystem::path& path, FormatKind kind);
+
 // The GGUF split-file names of a set: "x-00001-of-00003.gguf" -> all three, in order.
 std::vector<std::filesystem::path> gguf_split_files(const std::filesystem::path& any);
 

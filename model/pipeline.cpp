@@ -1,7 +1,10 @@
 #include "model/pipeline.h"
 
+#include <algorithm>
 #include <chrono>
+#include <exception>
 #include <set>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -37,6 +40,34 @@ void decode(WireReader& in, CheckpointFigures& f) {
   in.get(f.files);
   in.get(f.tensors);
   in.get(f.bytes);
+}
+
+// Every rank's plan, encoded, in rank order. The planning rank runs this while all other ranks
+// wait for it, so it takes the cores of its node (at most 16 threads).
+std::vector<std::string> encode_plans(const Checkpoint& checkpoint, const BindResult& bound,
+                                      const dist::Layout& layout) {
+  const int ranks = layout.world();
+  std::vector<std::string> encoded(static_cast<std::size_t>(ranks));
+  std::vector<std::exception_ptr> errors(encoded.size());
+  const int threads =
+      std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, std::min(16, ranks));
+  auto work = [&](int first) {
+    for (int r = first; r < ranks; r += threads) {
+      try {
+        encoded[r] = to_wire(make_load_plan(checkpoint, bound.bindings, layout, r));
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work, t);
+  work(0);
+  for (std::thread& t : pool) t.join();
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);  // the lowest rank's, as a serial loop would report
+  }
+  return encoded;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -92,36 +123,46 @@ Preflight preflight(dist::Runtime& runtime, const dist::Layout& layout,
   const bool planner = rank == kPlanningRank;
   Preflight out;
 
-  // 1. The planning rank reads the small files; every rank learns the format and the files.
-  std::optional<Checkpoint> checkpoint;
+  // 1. The planning rank finds the format and the files that hold headers (a directory
+  // listing, no file read); every rank learns them.
   std::string manifest;
   runtime.collectively([&] {
     if (!planner) return;
-    checkpoint.emplace(Checkpoint::discover(options.path, options.load_format));
+    const FormatKind kind =
+        options.load_format ? *options.load_format : detect_format(options.path);
     WireWriter w;
-    w.put(checkpoint->root());
-    w.put(checkpoint->format().kind());
-    w.put(checkpoint->files());
+    w.put(options.path.string());
+    w.put(kind);
+    w.put(header_files(options.path, kind));
     manifest = w.take();
   });
   dist::bcast(world, manifest, kPlanningRank);
-  const double t_discover = seconds_since(t0);
   WireReader m(manifest);
   const auto root = m.get<std::string>();
   const auto kind = m.get<FormatKind>();
-  const auto files = m.get<std::vector<std::string>>();
+  const auto listed = m.get<std::vector<std::string>>();
+  const double t_listed = seconds_since(t0);
 
-  // 2. Each header once: file f by rank f mod world size, sent as binary tensor records. The
-  // planning rank keeps its own files' headers (GGUF's metadata is in file 0, which is its).
-  std::vector<ShardHeader> headers(planner ? files.size() : 0);
+  // 2. Each header once, while the planning rank reads the small files (config, index, ModelSlim
+  // description): the other ranks take the files round-robin and send binary tensor records.
+  // The planning rank reads only what it alone can use: a GGUF set's first file (its metadata
+  // holds the config) and, in a job of one rank, everything.
+  const int readers = std::max(world.size() - 1, 1);
+  auto reader_of = [&](std::size_t f) {
+    if (world.size() == 1 || (kind == FormatKind::kGguf && f == 0)) return kPlanningRank;
+    return 1 + static_cast<int>(f % static_cast<std::size_t>(readers));
+  };
+  std::optional<Checkpoint> checkpoint;
+  std::vector<ShardHeader> own(listed.size());
   WireWriter sent;
   runtime.collectively([&] {
-    const Checkpoint reader = Checkpoint::view(root, kind, {}, files, "");
-    for (std::size_t f = static_cast<std::size_t>(rank); f < files.size();
-         f += static_cast<std::size_t>(world.size())) {
+    if (planner) checkpoint.emplace(Checkpoint::discover(options.path, kind));
+    const Checkpoint reader = Checkpoint::view(root, kind, {}, listed, "");
+    for (std::size_t f = 0; f < listed.size(); ++f) {
+      if (reader_of(f) != rank) continue;
       ShardHeader h = reader.read_shard_header(f);
       if (planner) {
-        headers[f] = std::move(h);
+        own[f] = std::move(h);
       } else {
         sent.put(static_cast<std::uint64_t>(f));
         sent.put(h.tensors);
@@ -136,52 +177,62 @@ Preflight preflight(dist::Runtime& runtime, const dist::Layout& layout,
       WireReader in(std::string_view(gathered.data.data(), gathered.data.size()));
       while (!in.done()) {
         const auto f = in.get<std::uint64_t>();
-        if (f >= headers.size()) throw InternalError("preflight: a header of no file arrived");
-        in.get(headers[f].tensors);
+        if (f >= own.size()) throw InternalError("preflight: a header of no file arrived");
+        in.get(own[f].tensors);
       }
     }
   }
-
   const double t_headers = seconds_since(t0);
 
-  // 3. One binding and every rank's plan, on the planning rank only.
-  WireWriter plans;
-  std::vector<int> counts;
+  // 3. One binding and every rank's plan, on the planning rank only, which may use its node's
+  // cores for the plans: every other rank waits for them.
+  std::vector<std::string> plans;
   std::string shared;
   runtime.collectively([&] {
     if (!planner) return;
+    // The index may name fewer shards than the directory holds: keep the headers of its files.
+    std::vector<ShardHeader> headers(checkpoint->files().size());
+    for (std::size_t i = 0; i < headers.size(); ++i) {
+      const auto at = std::lower_bound(listed.begin(), listed.end(), checkpoint->files()[i]);
+      if (kind == FormatKind::kGguf) {
+        headers[i] = std::move(own[i]);
+      } else if (at != listed.end() && *at == checkpoint->files()[i]) {
+        headers[i] = std::move(own[static_cast<std::size_t>(at - listed.begin())]);
+      } else {
+        throw InputError(checkpoint->files()[i] + ": a shard of the index that is not a " +
+                         ".safetensors file of " + root);
+      }
+    }
+    own.clear();
     checkpoint->add_headers(std::move(headers));
     const double t_index = seconds_since(t0);
     if (options.checks) options.checks(*checkpoint);
     const BindResult bound = bind_for_layout(*checkpoint, layout);
     const double t_bind = seconds_since(t0);
-    for (int r = 0; r < world.size(); ++r) {
-      const std::size_t before = plans.bytes().size();
-      encode(plans, make_load_plan(*checkpoint, bound.bindings, layout, r));
-      // Plans of one layout are alike in size: one allocation for all of them.
-      if (r == 0) plans.reserve(plans.bytes().size() * (world.size() + world.size() / 8 + 1));
-      counts.push_back(dist::checked_count(plans.bytes().size() - before, "a load plan"));
-    }
+    plans = encode_plans(*checkpoint, bound, layout);
+    std::size_t total = 0;
+    for (const std::string& e : plans) total += e.size();
     WireWriter s;
     encode(s, checkpoint->config());
     s.put(checkpoint->name_prefix());
+    s.put(checkpoint->files());  // the plans' file numbers index these
     encode(s, figures_of(*checkpoint));
     shared = s.take();
     spdlog::debug(
-        "preflight: discovered {:.2f} s, headers read and gathered {:.2f} s, indexed {:.2f} s, "
-        "bound {:.2f} s, planned {} ranks {:.2f} s ({:.1f} MiB of plans)",
-        t_discover, t_headers - t_discover, t_index - t_headers, t_bind - t_index, world.size(),
-        seconds_since(t0) - t_bind, plans.bytes().size() / double(1 << 20));
+        "preflight: listed {:.2f} s, discovered and headers read and gathered {:.2f} s, indexed "
+        "{:.2f} s, bound {:.2f} s, planned {} ranks {:.2f} s ({:.1f} MiB of plans)",
+        t_listed, t_headers - t_listed, t_index - t_headers, t_bind - t_index, world.size(),
+        seconds_since(t0) - t_bind, total / double(1 << 20));
   });
   dist::bcast(world, shared, kPlanningRank);
-  const std::string all_plans = plans.take();
-  const auto mine = dist::scatterv(world, std::span<const char>(all_plans.data(), all_plans.size()),
-                                   counts, kPlanningRank);
-  out.plan = from_wire<LoadPlan>(std::string_view(mine.data(), mine.size()));
+  const std::string mine = dist::scatter_parts(world, plans, kPlanningRank);
+  plans.clear();
+  out.plan = from_wire<LoadPlan>(mine);
   WireReader s(shared);
   ModelConfig config;
   decode(s, config);
   const auto prefix = s.get<std::string>();
+  const auto files = s.get<std::vector<std::string>>();
   decode(s, out.figures);
   // The planning rank lets its index go too: a long evaluation keeps only what loading needs.
   checkpoint.reset();

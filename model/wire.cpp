@@ -1,13 +1,17 @@
 #include "model/wire.h"
 
+#include <concepts>
+#include <type_traits>
+
 namespace k3::model {
 
 namespace {
 
 // One list of ModelConfig's fields for both directions. The size check below fails to compile
 // when a field is added to ModelConfig, so that it cannot be forgotten here.
-template <class Config, class Visit>
-void for_each_field(Config& c, Visit&& visit) {
+template <class T, class Visit>
+  requires std::same_as<std::remove_const_t<T>, ModelConfig>
+void for_each_field(T& c, Visit&& visit) {
   visit(c.model_type);
   visit(c.hidden_size);
   visit(c.num_hidden_layers);
@@ -43,120 +47,98 @@ void for_each_field(Config& c, Visit&& visit) {
 static_assert(sizeof(ModelConfig) == 224,
               "ModelConfig changed: list the new field in for_each_field, then update this size");
 
+// The fields of each record, in wire order, for both directions.
+template <class T, class Visit>
+  requires std::same_as<std::remove_const_t<T>, ParamSpec>
+void for_each_field(T& s, Visit&& visit) {
+  visit(s.name);
+  visit(s.layer);
+  visit(s.family);
+  visit(s.shape);
+  visit(s.split);
+  visit(s.group);
+  visit(s.unit);
+  visit(s.expert_split_cols);
+}
+
+template <class T, class Visit>
+  requires std::same_as<std::remove_const_t<T>, Run>
+void for_each_field(T& r, Visit&& visit) {
+  visit(r.offset);
+  visit(r.length);
+  visit(r.stride);
+  visit(r.count);
+}
+
+template <class T, class Visit>
+  requires std::same_as<std::remove_const_t<T>, PartRead>
+void for_each_field(T& r, Visit&& visit) {
+  visit(r.role);
+  visit(r.tensor);
+  visit(r.file);
+  visit(r.dtype);
+  visit(r.box_extent);
+  visit(r.runs);
+  visit(r.bytes);
+}
+
+template <class T, class Visit>
+  requires std::same_as<std::remove_const_t<T>, PlannedParam>
+void for_each_field(T& p, Visit&& visit) {
+  visit(p.spec);
+  visit(p.repr.type);
+  visit(p.repr.text);
+  visit(p.repr.asked);
+  visit(p.repr.answer);
+  visit(p.box.begin);
+  visit(p.box.end);
+  visit(p.reads);
+  visit(p.bytes);
+}
+
+template <class T, class Visit>
+  requires std::same_as<std::remove_const_t<T>, TensorEntry>
+void for_each_field(T& t, Visit&& visit) {
+  visit(t.name);
+  visit(t.dtype);
+  visit(t.shape);
+  visit(t.offset);
+  visit(t.nbytes);
+}
+
+template <class T, class Visit>
+  requires std::same_as<std::remove_const_t<T>, LoadPlan>
+void for_each_field(T& plan, Visit&& visit) {
+  visit(plan.rank);
+  visit(plan.params);
+  visit(plan.bytes);
+  visit(plan.files);
+}
+
+template <class T>
+void put_fields(WireWriter& out, const T& value) {
+  for_each_field(value, [&](const auto& field) { out.put_item(field); });
+}
+template <class T>
+void get_fields(WireReader& in, T& value) {
+  for_each_field(value, [&](auto& field) { in.get_item(field); });
+}
+
 }  // namespace
 
-void encode(WireWriter& out, const ParamSpec& s) {
-  out.put(s.name);
-  out.put(s.layer);
-  out.put(s.family);
-  out.put(s.shape);
-  out.put(s.split);
-  out.put(s.group);
-  out.put(s.unit);
-  out.put(s.expert_split_cols);
-}
-void decode(WireReader& in, ParamSpec& s) {
-  in.get(s.name);
-  in.get(s.layer);
-  in.get(s.family);
-  in.get(s.shape);
-  in.get(s.split);
-  in.get(s.group);
-  in.get(s.unit);
-  in.get(s.expert_split_cols);
-}
-
-void encode(WireWriter& out, const Run& r) {
-  out.put(r.offset);
-  out.put(r.length);
-  out.put(r.stride);
-  out.put(r.count);
-}
-void decode(WireReader& in, Run& r) {
-  in.get(r.offset);
-  in.get(r.length);
-  in.get(r.stride);
-  in.get(r.count);
-}
-
-void encode(WireWriter& out, const PartRead& r) {
-  out.put(r.role);
-  out.put(r.tensor);
-  out.put(static_cast<std::uint64_t>(r.file));
-  out.put(r.dtype);
-  out.put(r.box_extent);
-  out.put(r.runs);
-  out.put(r.bytes);
-}
-void decode(WireReader& in, PartRead& r) {
-  in.get(r.role);
-  in.get(r.tensor);
-  r.file = static_cast<std::size_t>(in.get<std::uint64_t>());
-  in.get(r.dtype);
-  in.get(r.box_extent);
-  in.get(r.runs);
-  in.get(r.bytes);
-}
-
-void encode(WireWriter& out, const PlannedParam& p) {
-  encode(out, p.spec);
-  out.put(p.repr.type);
-  out.put(p.repr.text);
-  out.put(p.repr.asked);
-  out.put(p.repr.answer);
-  out.put(p.box.begin);
-  out.put(p.box.end);
-  out.put(p.reads);
-  out.put(p.bytes);
-}
-void decode(WireReader& in, PlannedParam& p) {
-  decode(in, p.spec);
-  in.get(p.repr.type);
-  in.get(p.repr.text);
-  in.get(p.repr.asked);
-  in.get(p.repr.answer);
-  in.get(p.box.begin);
-  in.get(p.box.end);
-  in.get(p.reads);
-  in.get(p.bytes);
-}
-
-void encode(WireWriter& out, const ModelConfig& config) {
-  for_each_field(config, [&](const auto& field) { out.put(field); });
-}
-void decode(WireReader& in, ModelConfig& config) {
-  for_each_field(config, [&](auto& field) { in.get(field); });
-}
-
-void encode(WireWriter& out, const TensorEntry& t) {
-  out.put(t.name);
-  out.put(t.dtype);
-  out.put(t.shape);
-  out.put(t.offset);
-  out.put(t.nbytes);
-}
-void decode(WireReader& in, TensorEntry& t) {
-  in.get(t.name);
-  in.get(t.dtype);
-  in.get(t.shape);
-  in.get(t.offset);
-  in.get(t.nbytes);
-}
-
-void encode(WireWriter& out, const LoadPlan& plan) {
-  out.put(plan.rank);
-  out.put(plan.params);
-  out.put(plan.bytes);
-  std::vector<std::uint64_t> files(plan.files.begin(), plan.files.end());
-  out.put(files);
-}
-void decode(WireReader& in, LoadPlan& plan) {
-  in.get(plan.rank);
-  in.get(plan.params);
-  in.get(plan.bytes);
-  std::vector<std::uint64_t> files;
-  in.get(files);
-  plan.files.assign(files.begin(), files.end());
-}
+void encode(WireWriter& out, const ModelConfig& config) { put_fields(out, config); }
+void decode(WireReader& in, ModelConfig& config) { get_fields(in, config); }
+void encode(WireWriter& out, const TensorEntry& tensor) { put_fields(out, tensor); }
+void decode(WireReader& in, TensorEntry& tensor) { get_fields(in, tensor); }
+void encode(WireWriter& out, const LoadPlan& plan) { put_fields(out, plan); }
+void decode(WireReader& in, LoadPlan& plan) { get_fields(in, plan); }
+void encode(WireWriter& out, const ParamSpec& spec) { put_fields(out, spec); }
+void decode(WireReader& in, ParamSpec& spec) { get_fields(in, spec); }
+void encode(WireWriter& out, const Run& run) { put_fields(out, run); }
+void decode(WireReader& in, Run& run) { get_fields(in, run); }
+void encode(WireWriter& out, const PartRead& read) { put_fields(out, read); }
+void decode(WireReader& in, PartRead& read) { get_fields(in, read); }
+void encode(WireWriter& out, const PlannedParam& param) { put_fields(out, param); }
+void decode(WireReader& in, PlannedParam& param) { get_fields(in, param); }
 
 }  // namespace k3::model

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The control plane at job scale: `k3eval --plan-only` (every header read once, one binding, every
 # rank's plan) on full-size Kimi-K3 checkpoints written header-only (sparse files: real headers,
-# no data), with the production layout (TP = EP = ranks, DP4 with DP attention and DP LM head,
-# 4 simulated nodes), oversubscribed on this host. For each rank count it also times an empty
+# no data), with the production layout (TP = EP = ranks, DP4 with DP attention, DP LM head, shared
+# experts and dense MLP over attention TP, as jobs/configs/production.ini),
+# on 4 simulated nodes, oversubscribed on this host. For each rank count it also times an empty
 # job of the same size (`k3eval --check-layout`: MPI start, groups, exit), the launcher's floor,
 # and the broken variant of the production failure (a kv_b_proj renamed in shard 207 of 351),
 # which must be rejected with exit 2.
@@ -56,7 +57,7 @@ PY
 }
 
 layout() {  # layout N: the production layout scaled to N ranks
-  echo "--tp $1 --dp 4 --ep $1 --enable-dp-attention --enable-dp-lm-head --ranks-per-node $(($1 / 4))"
+  echo "--tp $1 --dp 4 --ep $1 --enable-dp-attention --enable-dp-lm-head --enable-shared-experts-attn-tp --enable-dense-mlp-attn-tp --ranks-per-node $(($1 / 4))"
 }
 
 timed() {  # timed CMD...: runs it, sets $seconds, $rc, $out
