@@ -2,6 +2,8 @@
 
 #include <boost/program_options.hpp>
 
+#include "common/error.h"
+
 namespace k3::apps {
 
 namespace po = boost::program_options;
@@ -10,8 +12,14 @@ po::options_description layout_options(dist::LayoutSpec& spec) {
   po::options_description parallel("Parallel layout (SGLang semantics)");
   // clang-format off
   parallel.add_options()
-      ("tp", po::value(&spec.tp)->value_name("N"),
-       "tensor-parallel size (default: the world size, or world / dp without DP attention)")
+      ("tp", po::value(&spec.tp)->value_name("N")->notifier([](int tp) {
+         // 0 is the layout's "not given"; said on the command line it is a mistake, as --dp 0 is.
+         if (tp < 1) {
+           throw UsageError("invalid parallel layout: --tp " + std::to_string(tp) +
+                            " must be >= 1 (leave --tp out for the world size)");
+         }
+       }),
+       "tensor-parallel size >= 1 (default: the world size, or world / dp without DP attention)")
       ("dp", po::value(&spec.dp)->value_name("N"), "data-parallel size (default 1)")
       ("ep", po::value(&spec.ep)->value_name("N"), "expert-parallel size; must divide tp (default 1)")
       ("enable-dp-attention", po::bool_switch(&spec.enable_dp_attention),

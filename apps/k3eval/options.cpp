@@ -39,7 +39,9 @@ po::options_description describe(K3evalOptions& o) {
       ("load-only", po::bool_switch(&o.load_only),
        "plan, load and audit this rank's slice of --model-path, print the figures, exit")
       ("artifacts-dir", po::value(&o.artifacts_dir)->value_name("DIR"),
-       "write every rank's full log to DIR/logs/rank-NNNNN.log")
+       "the run's record: command.txt, config.json (the resolved options), logs/rank-NNNNN.log "
+       "(every rank's full log), questions.jsonl (one line per finished question), "
+       "summary.json, status, history.h5 (unless --history)")
       ("log-level", po::value(&o.log_level)->value_name("LEVEL"),
        "console level on rank 0: trace, debug, info, warn, error, critical, off (default info)")
       ("threads", po::value<int>()->value_name("N"),
@@ -230,6 +232,12 @@ std::string k3eval_usage() {
   K3evalOptions scratch;
   std::ostringstream out;
   out << describe(scratch);
+  out << "\nExit codes:\n"
+         "  0  ok\n"
+         "  1  regression: the run's verdict against --baseline\n"
+         "  2  usage or input error: a bad option, layout, checkpoint or data file, or errors\n"
+         "     found in the rank logs after the run\n"
+         "  3  internal error\n";
   return out.str();
 }
 

@@ -65,6 +65,9 @@ case $case_name in
     run 8 --check-layout --threads 0
     expect_rc 2
     expect_err_once "--threads 0 must be >= 1"
+    run 8 --check-layout --tp 0
+    expect_rc 2
+    expect_err_once "[rank 0/8] [error] invalid parallel layout: --tp 0 must be >= 1 (leave --tp out for the world size)"
     ;;
   fatal_one_rank_8)
     start=$(date +%s)
