@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -233,11 +234,18 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
   };
   const eval::EvalOutcome outcome =
       eval::run_gsm8k(*engine, groups, *tokenizer, prompts, tokens, done, ro, on_result);
+  // Each DP group counts its own tokens, the same on all its ranks: the job's totals add one
+  // rank of every DP group, which is what the attn-dp group holds.
+  std::array<std::uint64_t, 4> tokens_done = {
+      outcome.stats.prefill_tokens, outcome.stats.cached_tokens, outcome.stats.decode_tokens,
+      outcome.stats.generated_tokens};
+  dist::allreduce(groups.attn_dp(), std::span<std::uint64_t>(tokens_done), dist::ReduceOp::kSum);
   spdlog::info(
       "generation: {} steps, {} prompt tokens computed, {} reused from the prefix cache, {} "
-      "decoded",
-      outcome.stats.steps, outcome.stats.prefill_tokens, outcome.stats.cached_tokens,
-      outcome.stats.decode_tokens);
+      "tokens generated ({} in decode steps, the rest each request's first), over {} DP "
+      "group(s)",
+      outcome.stats.steps, tokens_done[0], tokens_done[1], tokens_done[3], tokens_done[2],
+      groups.layout().dp());
 
   // Every rank's log is complete before rank 0 scans them.
   dist::flush_logs();

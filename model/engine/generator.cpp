@@ -214,6 +214,7 @@ GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& 
       if (c.completion_tokens == 0) c.first_token_s = now();
       ++c.completion_tokens;
       ++generated;
+      ++stats.generated_tokens;
       const auto& stops = s.request->stop_tokens;
       std::optional<Completion::Finish> finish;
       if (std::find(stops.begin(), stops.end(), token) != stops.end()) {

@@ -76,6 +76,11 @@ case $case_name in
     cmp -s "$work/f1" "$work/f64" || fail "64 ranks differ from 1: $(diff "$work/f1" "$work/f64")"
     # Both DP groups of the 8-rank run evaluated questions.
     grep -q '"dp_group":1' "$work/eight/questions.jsonl" || fail "DP group 1 evaluated nothing"
+    # The generation line counts every DP group: its tokens are the questions' completion tokens.
+    generated=$(grep -o '[0-9]* tokens generated' <<<"$err" | cut -d' ' -f1)
+    listed=$(python3 -c 'import json, sys; print(sum(json.loads(l)["completion_tokens"] for l in open(sys.argv[1])))' \
+      "$work/sixtyfour/questions.jsonl")
+    [[ -n $generated && $generated -eq $listed ]] || fail "generation line says '$generated' tokens, questions.jsonl $listed"
     ;;
   resume_8)
     args=("${common[@]}" "${layout8[@]}" --num-questions 8 --max-new-tokens 10 --fp32-activations
