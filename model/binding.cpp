@@ -95,6 +95,7 @@ class Binder {
       }
       out_.bindings.push_back(std::move(b));
     }
+    if (fmt_.has(Capability::kModelSlimQuantization)) check_description_covers_tensors();
     for (Binding& b : out_.bindings) {
       for (StoredPart& p : b.parts) {
         p.stored.clear();
@@ -130,6 +131,29 @@ class Binder {
 
  private:
   std::string context() const { return "format " + std::string(fmt_.name()) + ": "; }
+
+  // quant_model_description.json and the tensors agree both ways: every entry names a stored
+  // tensor, and every weight a parameter uses has an entry (its scheme, FLOAT for norms).
+  // Names in order, so the report is the same whatever order the index keeps.
+  void check_description_covers_tensors() {
+    const ModelSlimDescription& d = *ck_.modelslim();
+    std::vector<std::string> problems;
+    for (const auto& [name, scheme] : d.schemes) {
+      if (!ck_.find(name)) {
+        problems.push_back("quant_model_description.json lists '" + name + "' (" + scheme +
+                           "), which no shard holds");
+      }
+    }
+    for (const auto& [name, t] : ck_.tensors()) {
+      // Unclaimed tensors are reported as unexpected already.
+      if (name.ends_with(".weight") && claimed_.count(&t) && d.scheme_of(name).empty()) {
+        problems.push_back("tensor '" + name + "' in " + ck_.files()[t.file] +
+                           " has no entry in quant_model_description.json");
+      }
+    }
+    std::sort(problems.begin(), problems.end());
+    for (const std::string& p : problems) problem(p);
+  }
   void problem(const std::string& what) { out_.problems.push_back(context() + what); }
 
   std::string stored_name(const std::string& logical) const {

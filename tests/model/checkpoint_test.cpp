@@ -7,15 +7,15 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/error.h"
 #include "model/binding.h"
 #include "model/checkpoint.h"
-#include "model/pipeline.h"
-#include "model/wire.h"
 #include "model/load_plan.h"
 #include "model/loader.h"
+#include "model/pipeline.h"
 #include "model/synth.h"
 #include "model/tokenizer_files.h"
-#include "common/error.h"
+#include "model/wire.h"
 #include "quant/quantize.h"
 #include "quant/reference.h"
 #include "tests/model/test_dirs.h"
@@ -280,6 +280,30 @@ TEST(DataFreeChecks, DescriptionDisagreesWithTensors) {
           "FLOAT, W8A8, W8A8_DYNAMIC or W4A8_DYNAMIC");
 }
 
+// The description and the tensors agree in both directions.
+TEST(DataFreeChecks, DescriptionCoversExactlyTheStoredWeights) {
+  const fs::path dir = copy_of(FormatKind::kModelSlim, "ms-description-coverage");
+  json d = json::parse(std::ifstream(dir / "quant_model_description.json"));
+  d.erase("language_model.model.layers.1.input_layernorm.weight");
+  d["language_model.model.layers.1.mlp.lost_proj.weight"] = "W8A8_DYNAMIC";
+  std::ofstream(dir / "quant_model_description.json") << d.dump();
+  const Checkpoint ck = Checkpoint::open(dir);
+  const BindResult r = bind_all(ck, layout_of(1, 1, 1, false));
+  const std::string text = problems_text(r.problems);
+  EXPECT_NE(text.find("format modelslim: quant_model_description.json lists "
+                      "'language_model.model.layers.1.mlp.lost_proj.weight' (W8A8_DYNAMIC), which "
+                      "no shard holds"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find("format modelslim: tensor 'language_model.model.layers.1.input_layernorm.weight' "
+                "in "),
+      std::string::npos)
+      << text;
+  EXPECT_NE(text.find(" has no entry in quant_model_description.json"), std::string::npos) << text;
+  EXPECT_EQ(r.problems.size(), 2u) << text;
+}
+
 TEST(DataFreeChecks, ModelSlimKvBMarkedQuantized) {
   const fs::path dir = copy_of(FormatKind::kModelSlim, "ms-kvb-quantized");
   json d = json::parse(std::ifstream(dir / "quant_model_description.json"));
@@ -321,13 +345,15 @@ TEST(DataFreeChecks, AbsurdConfigValuesAreRefusedAtOnce) {
     return message;
   };
   const std::string config = (dir / "config.json").string();
-  EXPECT_EQ(open_with("num_hidden_layers", 1000000000),
-            config + ": invalid Kimi-K3 config: num_hidden_layers = 1000000000, expected at most 4096");
+  EXPECT_EQ(
+      open_with("num_hidden_layers", 1000000000),
+      config + ": invalid Kimi-K3 config: num_hidden_layers = 1000000000, expected at most 4096");
   EXPECT_EQ(open_with("num_experts", 4000000000LL),
             config + ": key 'text_config.num_experts' is 4000000000, expected a 32-bit integer");
   EXPECT_EQ(open_with("moe_intermediate_size", 1 << 21),
-            config + ": invalid Kimi-K3 config: moe_intermediate_size = 2097152, expected at most "
-                     "1048576");
+            config +
+                ": invalid Kimi-K3 config: moe_intermediate_size = 2097152, expected at most "
+                "1048576");
   // Within the limits, but far beyond what the tensors hold.
   const std::string beyond = open_with("num_experts", 60000);
   EXPECT_EQ(beyond.rfind(config + ": the config declares at least ", 0), 0u) << beyond;
