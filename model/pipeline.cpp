@@ -146,7 +146,9 @@ Preflight preflight(dist::Runtime& runtime, const dist::Layout& layout,
   // 2. Each header once, while the planning rank reads the small files (config, index, ModelSlim
   // description): the other ranks take the files round-robin and send binary tensor records.
   // The planning rank reads only what it alone can use: a GGUF set's first file (its metadata
-  // holds the config) and, in a job of one rank, everything.
+  // holds the config) and, in a job of one rank, everything. A header that cannot be read
+  // travels as its error: only the planning rank knows whether the index names that file, and
+  // it reports the first bad file in the checkpoint's order, as a single process would.
   const int readers = std::max(world.size() - 1, 1);
   auto reader_of = [&](std::size_t f) {
     if (world.size() == 1 || (kind == FormatKind::kGguf && f == 0)) return kPlanningRank;
@@ -154,17 +156,26 @@ Preflight preflight(dist::Runtime& runtime, const dist::Layout& layout,
   };
   std::optional<Checkpoint> checkpoint;
   std::vector<ShardHeader> own(listed.size());
+  std::vector<std::string> unreadable(listed.size());
   WireWriter sent;
   runtime.collectively([&] {
     if (planner) checkpoint.emplace(Checkpoint::discover(options.path, kind));
     const Checkpoint reader = Checkpoint::view(root, kind, {}, listed, "");
     for (std::size_t f = 0; f < listed.size(); ++f) {
       if (reader_of(f) != rank) continue;
-      ShardHeader h = reader.read_shard_header(f);
+      std::string error;
+      ShardHeader h;
+      try {
+        h = reader.read_shard_header(f);
+      } catch (const InputError& e) {
+        error = e.what();
+      }
       if (planner) {
         own[f] = std::move(h);
+        unreadable[f] = std::move(error);
       } else {
         sent.put(static_cast<std::uint64_t>(f));
+        sent.put(error);
         sent.put(h.tensors);
       }
     }
@@ -178,6 +189,7 @@ Preflight preflight(dist::Runtime& runtime, const dist::Layout& layout,
       while (!in.done()) {
         const auto f = in.get<std::uint64_t>();
         if (f >= own.size()) throw InternalError("preflight: a header of no file arrived");
+        in.get(unreadable[f]);
         in.get(own[f].tensors);
       }
     }
@@ -194,10 +206,11 @@ Preflight preflight(dist::Runtime& runtime, const dist::Layout& layout,
     std::vector<ShardHeader> headers(checkpoint->files().size());
     for (std::size_t i = 0; i < headers.size(); ++i) {
       const auto at = std::lower_bound(listed.begin(), listed.end(), checkpoint->files()[i]);
-      if (kind == FormatKind::kGguf) {
-        headers[i] = std::move(own[i]);
-      } else if (at != listed.end() && *at == checkpoint->files()[i]) {
-        headers[i] = std::move(own[static_cast<std::size_t>(at - listed.begin())]);
+      const std::size_t f =
+          kind == FormatKind::kGguf ? i : static_cast<std::size_t>(at - listed.begin());
+      if (kind == FormatKind::kGguf || (at != listed.end() && *at == checkpoint->files()[i])) {
+        if (!unreadable[f].empty()) throw InputError(unreadable[f]);
+        headers[i] = std::move(own[f]);
       } else {
         throw InputError(checkpoint->files()[i] + ": a shard of the index that is not a " +
                          ".safetensors file of " + root);

@@ -3,7 +3,7 @@
 // and the tokenizer arrays and vocabulary.
 #include <cstddef>
 #include <cstdint>
-#include <map>
+#include <unordered_map>
 #include <span>
 
 #include "common/error.h"
@@ -20,7 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   try {
-    std::map<std::string, k3::model::StoredTensor> tensors;
+    std::unordered_map<std::string, k3::model::StoredTensor> tensors;
     for (const auto& t : file.tensors) tensors.emplace(t.name, k3::model::StoredTensor{0, t});
     k3::model::config_from_gguf(file, tensors);
   } catch (const k3::InputError&) {
