@@ -11,11 +11,10 @@ std::string json_error_reason(const nlohmann::json::exception& error) {
   return reason;
 }
 
-nlohmann::json parse_json(std::string_view text, const JsonSource& source,
-                          const nlohmann::json::parser_callback_t& callback) {
+nlohmann::json parse_json(std::string_view text, const JsonSource& source) {
   const std::string expected = source.expected.empty() ? "" : "; " + std::string(source.expected);
   try {
-    return nlohmann::json::parse(text, callback);
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     // The reason reads "parse error at line 1, column 5: <what>"; the file (and for JSONL the
     // line) is ours, so keep the position and the parser's words only.

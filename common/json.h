@@ -27,10 +27,8 @@ std::string json_error_reason(const nlohmann::json::exception& error);
 
 // Parses one JSON value. InputError "<where>: invalid JSON at line L, column C: <reason>[;
 // <expected>]" on a syntax error, "<where>: invalid JSON: number overflow parsing '1e99999'[;
-// ...]" on a number nlohmann-json cannot hold. `callback` is nlohmann's parser callback (for
-// example to find duplicate keys, which nlohmann otherwise keeps silently).
-nlohmann::json parse_json(std::string_view text, const JsonSource& source,
-                          const nlohmann::json::parser_callback_t& callback = nullptr);
+// ...]" on a number nlohmann-json cannot hold.
+nlohmann::json parse_json(std::string_view text, const JsonSource& source);
 
 // Runs `interpret` over values already parsed; a nlohmann-json exception escaping it (get<> on
 // the wrong type, at() on a missing key, dump() of invalid UTF-8) becomes InputError

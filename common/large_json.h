@@ -42,7 +42,4 @@ decltype(auto) interpret_large_json(const std::string& where, Interpret&& interp
   }
 }
 
-// "an object", "an array", "a string", "a number", "a boolean", "null".
-std::string a_json_type(simdjson::dom::element value);
-
 }  // namespace k3

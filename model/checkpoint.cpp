@@ -381,7 +381,6 @@ void Checkpoint::add_headers(std::vector<ShardHeader> headers) {
                   static_cast<double>(tensor_bytes_) / double(1ull << 30));
     throw InputError(source + text);
   }
-  indexed_ = true;
 }
 
 Checkpoint Checkpoint::open(const fs::path& path, std::optional<FormatKind> load_format) {

@@ -64,7 +64,6 @@ class Checkpoint {
   // files, and no tensor index (its load plan names the bytes it reads).
   static Checkpoint view(std::string root, FormatKind kind, ModelConfig config,
                          std::vector<std::string> files, std::string name_prefix);
-  bool has_index() const { return indexed_; }
 
   const std::string& root() const { return root_; }
   const Format& format() const { return format_; }
@@ -82,7 +81,6 @@ class Checkpoint {
  private:
   Checkpoint(Format format) : format_(format) {}
   std::string root_;
-  bool indexed_ = false;
   std::uint64_t tensor_bytes_ = 0;
   // model.safetensors.index.json's weight_map (tensor -> file index), checked against the headers.
   std::vector<std::pair<std::string, std::size_t>> weight_map_;

@@ -107,7 +107,6 @@ RankShare share_of(const LoadPlan& plan) {
   RankShare s;
   s.bytes = plan.bytes;
   s.files = plan.files.size();
-  for (const PlannedParam& p : plan.params) s.reads += p.reads.size();
   return s;
 }
 

@@ -53,7 +53,6 @@ struct CheckpointFigures {
 struct RankShare {
   std::uint64_t bytes = 0;
   std::uint64_t files = 0;
-  std::uint64_t reads = 0;
 };
 RankShare share_of(const LoadPlan& plan);
 

@@ -70,9 +70,6 @@ int run_load_only(dist::Runtime& runtime, const dist::Groups& groups,
   const auto secs = from_every_rank(groups, model.load_seconds);
   const auto files =
       from_every_rank(groups, static_cast<std::uint64_t>(main_model.result->stats.files));
-  std::vector<std::uint8_t> touched(main_model.checkpoint().files().size(), 0);
-  for (std::size_t f : main_model.preflight->plan.files) touched[f] = 1;
-  dist::allreduce(groups.world(), std::span<std::uint8_t>(touched), dist::ReduceOp::kMax);
   if (runtime.rank() == 0) {
     std::uint64_t total = 0;
     double slowest = 0;
@@ -88,8 +85,8 @@ int run_load_only(dist::Runtime& runtime, const dist::Groups& groups,
     std::printf(
         "%zu/%zu shards loaded in %.2f s (slowest rank), %.3f GiB over %d ranks; audit clean on "
         "every rank\n",
-        static_cast<std::size_t>(std::count(touched.begin(), touched.end(), std::uint8_t{1})),
-        touched.size(), slowest, gib(static_cast<double>(total)), runtime.world_size());
+        main_model.shards_loaded, main_model.checkpoint().files().size(), slowest,
+        gib(static_cast<double>(total)), runtime.world_size());
     if (draft) {
       std::printf("draft %s: %llu tensors beside the model, audit clean\n",
                   options.draft_model_path.c_str(),

@@ -88,9 +88,9 @@ void log_loaded_representations(const std::string& what, const LoadedCheckpoint&
   }
 }
 
-// Rank 0's production line over every rank: files any rank read, the slowest rank, the total.
-void log_load_summary(const dist::Groups& groups, const std::string& what,
-                      const LoadedCheckpoint& c) {
+// Rank 0's production line over every rank: files any rank read (kept in c.shards_loaded), the
+// slowest rank, the total.
+void log_load_summary(const dist::Groups& groups, const std::string& what, LoadedCheckpoint& c) {
   const model::Checkpoint& ck = c.checkpoint();
   std::vector<std::uint8_t> touched(ck.files().size(), 0);
   for (std::size_t f : c.preflight->plan.files) touched[f] = 1;
@@ -99,9 +99,10 @@ void log_load_summary(const dist::Groups& groups, const std::string& what,
       dist::allreduce(groups.world(), c.result->stats.total_seconds, dist::ReduceOp::kMax);
   const std::uint64_t bytes =
       dist::allreduce(groups.world(), c.result->stats.bytes_read, dist::ReduceOp::kSum);
-  const auto loaded = std::count(touched.begin(), touched.end(), std::uint8_t{1});
+  c.shards_loaded =
+      static_cast<std::size_t>(std::count(touched.begin(), touched.end(), std::uint8_t{1}));
   spdlog::info("{}{}/{} shards loaded in {:.2f} s (slowest rank), {:.3f} GiB over {} ranks", what,
-               loaded, ck.files().size(), slowest, gib(static_cast<double>(bytes)),
+               c.shards_loaded, ck.files().size(), slowest, gib(static_cast<double>(bytes)),
                groups.world().size());
 }
 

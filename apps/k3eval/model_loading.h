@@ -16,6 +16,7 @@ namespace k3::apps {
 struct LoadedCheckpoint {
   std::optional<model::Preflight> preflight;
   std::optional<model::LoadResult> result;
+  std::size_t shards_loaded = 0;  // files any rank read, after load_planned()
   explicit operator bool() const { return preflight.has_value(); }
   const model::Checkpoint& checkpoint() const { return *preflight->checkpoint; }
 };
