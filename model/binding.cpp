@@ -4,7 +4,6 @@
 #include <map>
 #include <regex>
 #include <set>
-#include <unordered_set>
 
 #include "common/error.h"
 
@@ -96,22 +95,23 @@ class Binder {
       out_.bindings.push_back(std::move(b));
     }
     if (fmt_.has(Capability::kModelSlimQuantization)) check_description_covers_tensors();
-    for (Binding& b : out_.bindings) {
-      for (StoredPart& p : b.parts) {
-        p.stored.clear();
-        for (const std::string& name : p.tensors) p.stored.push_back(ck_.find(name));
+    for (const Binding& b : out_.bindings) {
+      for (const StoredPart& p : b.parts) {
+        if (p.stored.size() != p.tensors.size())
+          throw InternalError("binding " + b.spec.name + ": part " + p.role + " is not resolved");
       }
     }
     // Every stored tensor of the language model must feed some parameter; reported in name
     // order, whatever order the index keeps.
-    std::vector<const std::pair<const std::string, StoredTensor>*> unclaimed;
-    for (const auto& entry : ck_.tensors()) {
-      if (!claimed_.count(&entry.second)) unclaimed.push_back(&entry);
+    std::vector<const StoredTensor*> unclaimed;
+    for (const StoredTensor& t : ck_.tensors()) {
+      if (!claimed(t)) unclaimed.push_back(&t);
     }
     std::sort(unclaimed.begin(), unclaimed.end(),
-              [](const auto* a, const auto* b) { return a->first < b->first; });
-    for (const auto* entry : unclaimed) {
-      const auto& [name, t] = *entry;
+              [](const auto* a, const auto* b) { return a->entry.name < b->entry.name; });
+    for (const StoredTensor* entry : unclaimed) {
+      const StoredTensor& t = *entry;
+      const std::string& name = t.entry.name;
       const bool language =
           fmt_.kind() == FormatKind::kGguf
               ? true
@@ -136,17 +136,15 @@ class Binder {
   // tensor, and every weight a parameter uses has an entry (its scheme, FLOAT for norms).
   // Names in order, so the report is the same whatever order the index keeps.
   void check_description_covers_tensors() {
-    const ModelSlimDescription& d = *ck_.modelslim();
     std::vector<std::string> problems;
-    for (const auto& [name, scheme] : d.schemes) {
-      if (!ck_.find(name)) {
-        problems.push_back("quant_model_description.json lists '" + name + "' (" + scheme +
-                           "), which no shard holds");
-      }
+    for (const auto& [name, scheme] : ck_.schemes_of_absent_tensors()) {
+      problems.push_back("quant_model_description.json lists '" + name + "' (" +
+                         std::string(scheme_name(scheme)) + "), which no shard holds");
     }
-    for (const auto& [name, t] : ck_.tensors()) {
+    for (const StoredTensor& t : ck_.tensors()) {
       // Unclaimed tensors are reported as unexpected already.
-      if (name.ends_with(".weight") && claimed_.count(&t) && d.scheme_of(name).empty()) {
+      const std::string& name = t.entry.name;
+      if (name.ends_with(".weight") && claimed(t) && !ck_.scheme_of(t)) {
         problems.push_back("tensor '" + name + "' in " + ck_.files()[t.file] +
                            " has no entry in quant_model_description.json");
       }
@@ -170,7 +168,7 @@ class Binder {
               why);
       return nullptr;
     }
-    claimed_.insert(t);
+    claim(*t);
     if (t->entry.shape != shape) {
       problem("tensor '" + name + "' has shape " + dims(t->entry.shape) + ", expected " +
               dims(shape) + " from config.json");
@@ -183,6 +181,7 @@ class Binder {
     StoredPart p;
     p.role = role;
     p.tensors = {t.entry.name};
+    p.stored = {&t};
     p.dtype = t.entry.dtype;
     p.shape = t.entry.shape;
     return p;
@@ -261,7 +260,7 @@ class Binder {
               ", expected F32 [>= " + std::to_string(heads) + "]");
       return;
     }
-    claimed_.insert(t);
+    claim(*t);
     if (t->entry.shape.size() != 1 || t->entry.shape[0] < heads) {
       problem("tensor '" + name + "' has shape " + dims(t->entry.shape) +
               ", expected [>= " + std::to_string(heads) + "] (one value per KDA head)");
@@ -309,11 +308,12 @@ class Binder {
   void bind_modelslim(Binding& b, const std::string& name, const std::vector<std::int64_t>& shape,
                       Representation& r, std::optional<int> expert) {
     const ModelSlimDescription& d = *ck_.modelslim();
-    const std::string scheme = d.scheme_of(name);
-    if (scheme.empty()) {
+    const auto scheme_code = ck_.scheme_of(name);
+    if (!scheme_code) {
       problem("quant_model_description.json has no scheme for '" + name + "'");
       return;
     }
+    const std::string scheme(scheme_name(*scheme_code));
     const std::string base = name.substr(0, name.size() - std::string(".weight").size());
     const std::int64_t N = shape[0], K = shape[1];
     std::vector<std::pair<StoredPart, bool>> wanted;  // part, and whether it must exist
@@ -369,7 +369,7 @@ class Binder {
         }
         continue;
       }
-      claimed_.insert(t);
+      claim(*t);
       if (t->entry.shape != p.shape) {
         problem("tensor '" + tensor + "' has shape " + dims(t->entry.shape) + ", expected " +
                 dims(p.shape) + " for scheme " + scheme + " of quant_model_description.json");
@@ -384,11 +384,13 @@ class Binder {
         continue;
       }
       p.dtype = dt;
+      p.stored = {t};
       if (expert) {
         auto it = std::find_if(b.parts.begin(), b.parts.end(),
                                [&role = p.role](const StoredPart& q) { return q.role == role; });
         if (it != b.parts.end()) {
           it->tensors.push_back(tensor);
+          it->stored.push_back(t);
           continue;
         }
       }
@@ -419,8 +421,8 @@ class Binder {
       const StoredTensor* vb =
           need(layer + "attn_v_b.weight", {H, v, L},
                " (split_gguf_kv_b is true for format " + std::string(fmt_.name()) + ")");
-      if (ck_.find(layer + "attn_kv_b.weight")) {
-        claimed_.insert(ck_.find(layer + "attn_kv_b.weight"));
+      if (const StoredTensor* dense_kv_b = ck_.find(layer + "attn_kv_b.weight")) {
+        claim(*dense_kv_b);
         problem("tensor '" + layer +
                 "attn_kv_b.weight' is stored although capability split_gguf_kv_b "
                 "selects attn_k_b + attn_v_b");
@@ -452,9 +454,10 @@ class Binder {
     const StoredTensor* t = need(name, b.spec.shape, why);
     if (!t) return;
     if (fmt_.kind() == FormatKind::kModelSlim) {
-      const std::string scheme = ck_.modelslim()->scheme_of(name);
-      if (!scheme.empty() && scheme != "FLOAT") {
-        problem("quant_model_description.json marks '" + name + "' as " + scheme +
+      const auto scheme = ck_.scheme_of(*t);
+      if (scheme && *scheme != ModelSlimScheme::kFloat) {
+        problem("quant_model_description.json marks '" + name + "' as " +
+                std::string(scheme_name(*scheme)) +
                 "; Kimi-K3's ModelSlim kv_b_proj must be a dense FLOAT tensor");
       }
     }
@@ -515,6 +518,7 @@ class Binder {
                     std::string(dtype_name(t->entry.dtype)));
           }
           p->tensors.push_back(name);
+          p->stored.push_back(t);
         }
       }
       b.parts = {packed, scale};
@@ -557,6 +561,7 @@ class Binder {
       if (const StoredTensor* t = need(name, dense_part.shape, "")) {
         dense_part.dtype = t->entry.dtype;
         dense_part.tensors.push_back(name);
+        dense_part.stored.push_back(t);
       }
     }
     b.parts = {dense_part};
@@ -567,7 +572,10 @@ class Binder {
   const Format& fmt_;
   BindResult& out_;
   const ParamSpec* current_ = nullptr;
-  std::unordered_set<const StoredTensor*> claimed_;
+  // Per tensor ordinal: some parameter uses it.
+  std::vector<char> claimed_ = std::vector<char>(ck_.tensors().size(), 0);
+  void claim(const StoredTensor& t) { claimed_[ck_.ordinal(t)] = 1; }
+  bool claimed(const StoredTensor& t) const { return claimed_[ck_.ordinal(t)] != 0; }
 };
 
 }  // namespace

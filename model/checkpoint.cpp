@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -36,9 +37,18 @@ bool is_gguf(const fs::path& p) { return p.extension() == ".gguf"; }
 
 }  // namespace
 
-std::string ModelSlimDescription::scheme_of(const std::string& weight_name) const {
-  auto it = schemes.find(weight_name);
-  return it == schemes.end() ? "" : it->second;
+std::string_view scheme_name(ModelSlimScheme scheme) {
+  switch (scheme) {
+    case ModelSlimScheme::kFloat:
+      return "FLOAT";
+    case ModelSlimScheme::kW8A8:
+      return "W8A8";
+    case ModelSlimScheme::kW8A8Dynamic:
+      return "W8A8_DYNAMIC";
+    case ModelSlimScheme::kW4A8Dynamic:
+      return "W4A8_DYNAMIC";
+  }
+  return "?";
 }
 
 ModelSlimDescription parse_modelslim_description(const std::string& text,
@@ -48,6 +58,7 @@ ModelSlimDescription parse_modelslim_description(const std::string& text,
     simdjson::dom::object root;
     if (doc.root().get(root)) throw InputError(source + ": expected a JSON object");
     ModelSlimDescription d;
+    d.schemes.reserve(root.size(), text.size());
     for (const auto field : root) {
       const std::string_view key = field.key;
       const simdjson::dom::element v = field.value;
@@ -66,14 +77,17 @@ ModelSlimDescription parse_modelslim_description(const std::string& text,
         }
         (key == "version" ? d.version : d.model_quant_type) = std::string(value);
       } else if (std::string_view scheme; !v.get(scheme)) {
-        static constexpr std::string_view kKnown[] = {"FLOAT", "W8A8", "W8A8_DYNAMIC",
-                                                      "W4A8_DYNAMIC"};
-        if (std::find(std::begin(kKnown), std::end(kKnown), scheme) == std::end(kKnown)) {
+        static constexpr ModelSlimScheme kKnown[] = {
+            ModelSlimScheme::kFloat, ModelSlimScheme::kW8A8, ModelSlimScheme::kW8A8Dynamic,
+            ModelSlimScheme::kW4A8Dynamic};
+        const auto known = std::find_if(std::begin(kKnown), std::end(kKnown),
+                                        [&](ModelSlimScheme s) { return scheme_name(s) == scheme; });
+        if (known == std::end(kKnown)) {
           throw InputError(source + ": '" + std::string(key) + "' has scheme '" +
                            std::string(scheme) +
                            "', expected FLOAT, W8A8, W8A8_DYNAMIC or W4A8_DYNAMIC");
         }
-        d.schemes.insert_or_assign(std::string(key), std::string(scheme));
+        d.schemes.add(key, static_cast<std::uint32_t>(*known));
       }
       // Other keys (ignore lists, packed-module maps, metadata objects) carry no per-tensor
       // scheme.
@@ -133,7 +147,7 @@ std::vector<fs::path> gguf_split_files(const fs::path& any) {
 }
 
 ModelConfig config_from_gguf(const GgufFile& g,
-                             const std::unordered_map<std::string, StoredTensor>& tensors) {
+                             const std::function<const TensorEntry*(std::string_view)>& find) {
   const std::string arch = g.string("general.architecture");
   if (arch != "kimi-k3") {
     throw InputError(g.path + ": general.architecture is '" + arch + "', expected 'kimi-k3'");
@@ -175,10 +189,8 @@ ModelConfig config_from_gguf(const GgufFile& g,
   // The KDA head count is not a key of its own: read it off a KDA layer's decay vector.
   c.kda_num_heads = 0;
   for (int l = 0; l < c.num_hidden_layers && c.kda_num_heads == 0; ++l) {
-    auto it = tensors.find("blk." + std::to_string(l) + ".ssm_a");
-    if (it != tensors.end() && !it->second.entry.shape.empty()) {
-      c.kda_num_heads = static_cast<int>(it->second.entry.shape.back());
-    }
+    const TensorEntry* decay = find("blk." + std::to_string(l) + ".ssm_a");
+    if (decay && !decay->shape.empty()) c.kda_num_heads = static_cast<int>(decay->shape.back());
   }
   const auto tokens = g.at("tokenizer.ggml.tokens");
   c.vocab_size = static_cast<int>(tokens.value.size());
@@ -200,22 +212,22 @@ namespace {
 
 // The shards of a safetensors checkpoint, and the index's weight map (tensor -> shard) when
 // there is an index.
-std::vector<std::string> safetensors_files(
-    const fs::path& dir, std::vector<std::pair<std::string, std::size_t>>& weight_map) {
+std::vector<std::string> safetensors_files(const fs::path& dir, PackedNames& weight_map) {
   const fs::path index = dir / "model.safetensors.index.json";
   std::vector<std::string> files;
   if (fs::exists(index)) {
     // Entries name a few hundred shards many thousand times: number the names first.
     std::unordered_map<std::string_view, std::size_t> shard_of_name;
     std::vector<std::string_view> names;
-    std::vector<std::pair<std::string, std::size_t>> entries;
-    const LargeJson doc(read_text(index), {index.string()});
+    PackedNames entries;
+    const std::string text = read_text(index);
+    const LargeJson doc(text, {index.string()});
     interpret_large_json(index.string(), [&] {
       simdjson::dom::object map;
       if (doc.root()["weight_map"].get(map)) {
         throw InputError(index.string() + ": expected an object with a weight_map object");
       }
-      entries.reserve(map.size());
+      entries.reserve(map.size(), text.size());
       for (const auto field : map) {
         std::string_view file;
         if (field.value.get(file)) {
@@ -224,7 +236,7 @@ std::vector<std::string> safetensors_files(
         }
         const auto [it, added] = shard_of_name.emplace(file, names.size());
         if (added) names.push_back(file);
-        entries.emplace_back(std::string(field.key), it->second);
+        entries.add(field.key, static_cast<std::uint32_t>(it->second));
       }
       // Shards in name order, as a directory listing would give them.
       std::vector<std::size_t> order(names.size());
@@ -236,7 +248,8 @@ std::vector<std::string> safetensors_files(
         position[order[p]] = p;
         files.push_back((dir / names[order[p]]).string());
       }
-      for (auto& entry : entries) entry.second = position[entry.second];
+      for (std::size_t i = 0; i < entries.size(); ++i)
+        entries.set_value(i, static_cast<std::uint32_t>(position[entries.value(i)]));
     });
     for (const auto& f : files) {
       if (!fs::exists(f))
@@ -330,39 +343,54 @@ void Checkpoint::add_headers(std::vector<ShardHeader> headers) {
   }
   std::size_t count = 0;
   for (const ShardHeader& h : headers) count += h.tensors.size();
-  tensors_.reserve(count);
+  if (count >= std::numeric_limits<std::uint32_t>::max()) {
+    throw InputError(root_ + ": " + std::to_string(count) + " tensors; at most 2^32 - 1 are read");
+  }
+  tensors_.clear();
+  tensors_.reserve(count);  // no reallocation below: by_name_ views the names in place
   for (std::size_t i = 0; i < headers.size(); ++i) {
     for (TensorEntry& t : headers[i].tensors) {
-      std::string name = t.name;
       tensor_bytes_ += t.nbytes;
-      auto [it, inserted] = tensors_.emplace(std::move(name), StoredTensor{i, std::move(t)});
-      if (!inserted) {
-        throw InputError("tensor '" + it->first + "' is stored twice: in " +
-                         files_[it->second.file] + " and " + files_[i]);
-      }
+      tensors_.push_back(StoredTensor{i, std::move(t)});
+    }
+    headers[i].tensors = {};
+  }
+  by_name_.clear();
+  by_name_.reserve(count);
+  for (std::size_t n = 0; n < tensors_.size(); ++n) {
+    const auto [it, inserted] =
+        by_name_.emplace(tensors_[n].entry.name, static_cast<std::uint32_t>(n));
+    if (!inserted) {
+      throw InputError("tensor '" + tensors_[n].entry.name + "' is stored twice: in " +
+                       files_[tensors_[it->second].file] + " and " + files_[tensors_[n].file]);
     }
   }
   if (format_.kind() == FormatKind::kGguf) {
     if (!headers.front().gguf)
       throw InternalError("add_headers: the first GGUF file's metadata is missing");
-    config_ = config_from_gguf(*headers.front().gguf, tensors_);
+    config_ = config_from_gguf(*headers.front().gguf, [this](std::string_view name) {
+      const StoredTensor* t = find(name);
+      return t ? &t->entry : nullptr;
+    });
     gguf_ = std::move(headers.front().gguf);
   } else {
     // Every entry of the index's weight_map names a tensor that its shard really holds.
     const std::string index = (fs::path(root_) / "model.safetensors.index.json").string();
-    for (const auto& [tensor, file] : weight_map_) {
-      auto t = tensors_.find(tensor);
-      if (t == tensors_.end() || t->second.file != file) {
-        throw InputError(index + ": weight_map puts '" + tensor + "' in " + files_[file] +
-                         (t == tensors_.end() ? ", but no shard holds it"
-                                              : ", but it is in " + files_[t->second.file]));
+    for (std::size_t e = 0; e < weight_map_.size(); ++e) {
+      const std::string_view tensor = weight_map_.name(e);
+      const std::size_t file = weight_map_.value(e);
+      const StoredTensor* t = find(tensor);
+      if (!t || t->file != file) {
+        throw InputError(index + ": weight_map puts '" + std::string(tensor) + "' in " +
+                         files_[file] +
+                         (!t ? ", but no shard holds it" : ", but it is in " + files_[t->file]));
       }
     }
     weight_map_.clear();
-    weight_map_.shrink_to_fit();
     // The official release names everything under "language_model."; accept flat exports too.
-    prefix_ = tensors_.count("language_model.model.embed_tokens.weight") ? "language_model." : "";
+    prefix_ = find("language_model.model.embed_tokens.weight") ? "language_model." : "";
   }
+  join_modelslim_schemes();
   // No stored form packs a weight into fewer than 2 bits (Q2_K takes 2.625): a config that
   // declares more weights than the tensors can hold names counts the files do not have.
   constexpr double kLeastBitsPerWeight = 2.0;
@@ -413,9 +441,46 @@ Checkpoint Checkpoint::view(std::string root, FormatKind kind, ModelConfig confi
   return ck;
 }
 
-const StoredTensor* Checkpoint::find(const std::string& name) const {
-  auto it = tensors_.find(name);
-  return it == tensors_.end() ? nullptr : &it->second;
+const StoredTensor* Checkpoint::find(std::string_view name) const {
+  const auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &tensors_[it->second];
+}
+
+void Checkpoint::join_modelslim_schemes() {
+  scheme_codes_.clear();
+  absent_schemes_.clear();
+  if (!modelslim_) return;
+  scheme_codes_.assign(tensors_.size(), kNoScheme);
+  const PackedNames& schemes = modelslim_->schemes;
+  for (std::size_t e = 0; e < schemes.size(); ++e) {  // in file order: a repeated name's last wins
+    const auto scheme = static_cast<ModelSlimScheme>(schemes.value(e));
+    if (const StoredTensor* t = find(schemes.name(e))) {
+      scheme_codes_[ordinal(*t)] = static_cast<std::uint8_t>(scheme);
+    } else {
+      absent_schemes_.insert_or_assign(std::string(schemes.name(e)), scheme);
+    }
+  }
+}
+
+std::optional<ModelSlimScheme> Checkpoint::scheme_of(const StoredTensor& t) const {
+  if (scheme_codes_.empty()) return std::nullopt;
+  const std::uint8_t code = scheme_codes_[ordinal(t)];
+  if (code == kNoScheme) return std::nullopt;
+  return static_cast<ModelSlimScheme>(code);
+}
+
+std::optional<ModelSlimScheme> Checkpoint::scheme_of(std::string_view weight_name) const {
+  if (const StoredTensor* t = find(weight_name)) return scheme_of(*t);
+  const auto it = absent_schemes_.find(std::string(weight_name));
+  if (it == absent_schemes_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<std::pair<std::string, ModelSlimScheme>> Checkpoint::schemes_of_absent_tensors() const {
+  std::vector<std::pair<std::string, ModelSlimScheme>> out(absent_schemes_.begin(),
+                                                           absent_schemes_.end());
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 std::uint64_t Checkpoint::tensor_bytes() const { return tensor_bytes_; }

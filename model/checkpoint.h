@@ -5,15 +5,18 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "model/config.h"
 #include "model/format.h"
 #include "model/gguf.h"
+#include "model/packed_names.h"
 #include "model/safetensors.h"
 
 namespace k3::model {
@@ -23,14 +26,18 @@ struct StoredTensor {
   TensorEntry entry;
 };
 
+// The per-tensor schemes of quant_model_description.json.
+enum class ModelSlimScheme : std::uint8_t { kFloat, kW8A8, kW8A8Dynamic, kW4A8Dynamic };
+std::string_view scheme_name(ModelSlimScheme scheme);  // "FLOAT", "W8A8", ... as in the file
+
 // quant_model_description.json: a flat map from tensor name to scheme plus a few globals.
 struct ModelSlimDescription {
   std::string model_quant_type;  // e.g. "W4A8_DYNAMIC"
   std::string version;           // "1.0.0": the new int4 packing
   int group_size = 0;            // 0: per-channel
-  std::unordered_map<std::string, std::string>
-      schemes;  // "...weight" -> FLOAT | W8A8 | W8A8_DYNAMIC | W4A8_DYNAMIC
-  std::string scheme_of(const std::string& weight_name) const;  // "" when absent
+  // "...weight" -> ModelSlimScheme, in file order (a repeated name: the last entry counts).
+  // Checkpoint::add_headers joins them to the tensors; look schemes up there.
+  PackedNames schemes;
 };
 ModelSlimDescription parse_modelslim_description(const std::string& text,
                                                  const std::string& source);
@@ -49,6 +56,11 @@ struct ShardHeader {
 // open() does all three in this process.
 class Checkpoint {
  public:
+  Checkpoint(Checkpoint&&) = default;
+  Checkpoint& operator=(Checkpoint&&) = default;
+  Checkpoint(const Checkpoint&) = delete;
+  Checkpoint& operator=(const Checkpoint&) = delete;
+
   // `path` is a checkpoint directory or a .gguf file (the first of a split set is enough).
   static Checkpoint open(const std::filesystem::path& path,
                          std::optional<FormatKind> load_format = std::nullopt);
@@ -69,10 +81,19 @@ class Checkpoint {
   const Format& format() const { return format_; }
   const ModelConfig& config() const { return config_; }
   const std::vector<std::string>& files() const { return files_; }
-  // The index: every stored tensor by name (unordered; sort names where order shows).
-  const std::unordered_map<std::string, StoredTensor>& tensors() const { return tensors_; }
-  const StoredTensor* find(const std::string& name) const;
+  // The index: every stored tensor, in file order, and by name.
+  const std::vector<StoredTensor>& tensors() const { return tensors_; }
+  const StoredTensor* find(std::string_view name) const;
+  // A tensor's place in tensors(): per-tensor flags can live in a plain vector.
+  std::size_t ordinal(const StoredTensor& t) const {
+    return static_cast<std::size_t>(&t - tensors_.data());
+  }
   const std::optional<ModelSlimDescription>& modelslim() const { return modelslim_; }
+  // The description's scheme for a weight name, stored or not; nullopt when it has no entry.
+  std::optional<ModelSlimScheme> scheme_of(std::string_view weight_name) const;
+  std::optional<ModelSlimScheme> scheme_of(const StoredTensor& t) const;
+  // The description's entries that name no stored tensor, in name order.
+  std::vector<std::pair<std::string, ModelSlimScheme>> schemes_of_absent_tensors() const;
   const std::optional<GgufFile>& gguf() const { return gguf_; }  // the first file's metadata
   std::uint64_t tensor_bytes() const;
   // Prefix of every stored name in safetensors formats ("language_model." in the release).
@@ -80,15 +101,24 @@ class Checkpoint {
 
  private:
   Checkpoint(Format format) : format_(format) {}
+  void join_modelslim_schemes();
   std::string root_;
   std::uint64_t tensor_bytes_ = 0;
   // model.safetensors.index.json's weight_map (tensor -> file index), checked against the headers.
-  std::vector<std::pair<std::string, std::size_t>> weight_map_;
+  PackedNames weight_map_;
   Format format_;
   ModelConfig config_;
   std::vector<std::string> files_;
-  std::unordered_map<std::string, StoredTensor> tensors_;
+  std::vector<StoredTensor> tensors_;
+  // Views of the names in tensors_ (a move keeps the vector's buffer, so they stay valid; a copy
+  // of a Checkpoint would not, hence it is move-only).
+  std::unordered_map<std::string_view, std::uint32_t> by_name_;
   std::optional<ModelSlimDescription> modelslim_;
+  // The description joined to the tensors: scheme code per ordinal (kNoScheme: no entry), and
+  // the entries that name no stored tensor.
+  static constexpr std::uint8_t kNoScheme = 0xff;
+  std::vector<std::uint8_t> scheme_codes_;
+  std::unordered_map<std::string, ModelSlimScheme> absent_schemes_;
   std::optional<GgufFile> gguf_;
   std::string prefix_;
 };
@@ -105,7 +135,8 @@ std::vector<std::string> header_files(const std::filesystem::path& path, FormatK
 std::vector<std::filesystem::path> gguf_split_files(const std::filesystem::path& any);
 
 // Kimi-K3 config from GGUF metadata (llama.cpp's kimi-k3 keys) and tensor shapes.
+// `find` looks a stored tensor up by name (null when absent).
 ModelConfig config_from_gguf(const GgufFile& first,
-                             const std::unordered_map<std::string, StoredTensor>& tensors);
+                             const std::function<const TensorEntry*(std::string_view)>& find);
 
 }  // namespace k3::model

@@ -157,8 +157,10 @@ Preflight preflight(dist::Runtime& runtime, const dist::Layout& layout,
   std::vector<ShardHeader> own(listed.size());
   std::vector<std::string> unreadable(listed.size());
   WireWriter sent;
+  double t_discovered = 0;
   runtime.collectively([&] {
     if (planner) checkpoint.emplace(Checkpoint::discover(options.path, kind));
+    t_discovered = seconds_since(t0);
     const Checkpoint reader = Checkpoint::view(root, kind, {}, listed, "");
     for (std::size_t f = 0; f < listed.size(); ++f) {
       if (reader_of(f) != rank) continue;
@@ -179,6 +181,7 @@ Preflight preflight(dist::Runtime& runtime, const dist::Layout& layout,
       }
     }
   });
+  const double t_read = seconds_since(t0);
   {
     const std::string bytes = sent.take();
     const auto gathered =
@@ -231,9 +234,10 @@ Preflight preflight(dist::Runtime& runtime, const dist::Layout& layout,
     encode(s, figures_of(*checkpoint));
     shared = s.take();
     spdlog::debug(
-        "preflight: listed {:.2f} s, discovered and headers read and gathered {:.2f} s, indexed "
-        "{:.2f} s, bound {:.2f} s, planned {} ranks {:.2f} s ({:.1f} MiB of plans)",
-        t_listed, t_headers - t_listed, t_index - t_headers, t_bind - t_index, world.size(),
+        "preflight: listed {:.2f} s, discovered {:.2f} s, headers read (all readers) {:.2f} s, "
+        "gathered and decoded {:.2f} s, indexed {:.2f} s, bound {:.2f} s, planned {} ranks {:.2f} s "
+        "({:.1f} MiB of plans)",
+        t_listed, t_discovered - t_listed, t_read - t_listed, t_headers - t_read, t_index - t_headers, t_bind - t_index, world.size(),
         seconds_since(t0) - t_bind, total / double(1 << 20));
   });
   dist::bcast(world, shared, kPlanningRank);

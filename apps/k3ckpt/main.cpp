@@ -142,7 +142,7 @@ int inspect(const std::vector<std::string>& args) {
   std::printf("files: %zu, tensors: %zu, bytes: %s\n", ck.files().size(), ck.tensors().size(),
               human(ck.tensor_bytes()).c_str());
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> by_dtype;
-  for (const auto& [name, t] : ck.tensors()) {
+  for (const model::StoredTensor& t : ck.tensors()) {
     auto& e = by_dtype[std::string(model::dtype_name(t.entry.dtype))];
     ++e.first;
     e.second += t.entry.nbytes;
@@ -178,8 +178,12 @@ int inspect(const std::vector<std::string>& args) {
                 b.repr.answer ? "true" : "false");
   }
   if (const auto& d = ck.modelslim()) {
-    std::map<std::string, int> counts;
-    for (const auto& [name, scheme] : d->schemes) ++counts[scheme];
+    std::map<std::string, int> counts;  // the schemes of the tensors and of absent names
+    for (const model::StoredTensor& t : ck.tensors()) {
+      if (const auto scheme = ck.scheme_of(t)) ++counts[std::string(model::scheme_name(*scheme))];
+    }
+    for (const auto& [name, scheme] : ck.schemes_of_absent_tensors())
+      ++counts[std::string(model::scheme_name(scheme))];
     std::string line;
     for (const auto& [scheme, n] : counts)
       line += fmt::format("{}{} {}", line.empty() ? "" : ", ", scheme, n);

@@ -3,8 +3,9 @@
 // and the tokenizer arrays and vocabulary.
 #include <cstddef>
 #include <cstdint>
-#include <unordered_map>
 #include <span>
+#include <string_view>
+#include <unordered_map>
 
 #include "common/error.h"
 #include "model/checkpoint.h"
@@ -20,9 +21,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   try {
-    std::unordered_map<std::string, k3::model::StoredTensor> tensors;
-    for (const auto& t : file.tensors) tensors.emplace(t.name, k3::model::StoredTensor{0, t});
-    k3::model::config_from_gguf(file, tensors);
+    std::unordered_map<std::string_view, const k3::model::TensorEntry*> tensors;
+    for (const auto& t : file.tensors) tensors.emplace(t.name, &t);
+    k3::model::config_from_gguf(file, [&](std::string_view name) {
+      const auto it = tensors.find(name);
+      return it == tensors.end() ? nullptr : it->second;
+    });
   } catch (const k3::InputError&) {
   }
   try {
