@@ -103,6 +103,12 @@ class WireReader {
       decode(*this, item);
     }
   }
+  // Bytes put() wrote as one string, viewed where they are (valid while the buffer lives): a
+  // nested record that can be decoded later, or on another thread.
+  std::string_view get_view() {
+    const std::size_t n = length(1);
+    return {take(n), n};
+  }
   template <class T>
   T get() {
     T value{};

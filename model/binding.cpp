@@ -1,11 +1,13 @@
 #include "model/binding.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <regex>
 #include <set>
 
 #include "common/error.h"
+#include "common/fan_out.h"
 
 namespace k3::model {
 
@@ -59,100 +61,54 @@ bool is_float(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DTy
 
 std::string dims(const std::vector<std::int64_t>& s) { return shape_string(s); }
 
+std::string context_of(const Format& format) {
+  return "format " + std::string(format.name()) + ": ";
+}
+
+// Binds one parameter at a time; several Binders may work at once (bind_parameters), sharing
+// only the per-tensor claim flags.
 class Binder {
  public:
-  Binder(const Checkpoint& ck, BindResult& out) : ck_(ck), fmt_(ck.format()), out_(out) {}
+  Binder(const Checkpoint& ck, std::vector<char>& claimed, std::vector<std::string>& problems)
+      : ck_(ck), fmt_(ck.format()), claimed_(claimed), problems_(problems) {}
 
-  void bind_all(const std::vector<ParamSpec>& specs) {
-    for (const ParamSpec& s : specs) {
-      Binding b;
-      b.spec = s;
-      current_ = &s;
-      switch (s.family) {
-        case ParamFamily::kVector:
-          bind_vector(b);
-          break;
-        case ParamFamily::kAttnResScore:
-          bind_attn_res(b);
-          break;
-        case ParamFamily::kKdaDecay:
-          bind_decay(b);
-          break;
-        case ParamFamily::kEmbedding:
-        case ParamFamily::kLinear:
-          bind_linear(b, stored_name(s.name), s.shape, b.repr);
-          break;
-        case ParamFamily::kMlaKvB:
-          bind_kv_b(b);
-          break;
-        case ParamFamily::kLatentProjection:
-          bind_latent(b);
-          break;
-        case ParamFamily::kRoutedExpert:
-          bind_experts(b);
-          break;
-      }
-      out_.bindings.push_back(std::move(b));
+  Binding bind(const ParamSpec& s) {
+    Binding b;
+    b.spec = s;
+    current_ = &s;
+    switch (s.family) {
+      case ParamFamily::kVector:
+        bind_vector(b);
+        break;
+      case ParamFamily::kAttnResScore:
+        bind_attn_res(b);
+        break;
+      case ParamFamily::kKdaDecay:
+        bind_decay(b);
+        break;
+      case ParamFamily::kEmbedding:
+      case ParamFamily::kLinear:
+        bind_linear(b, stored_name(s.name), s.shape, b.repr);
+        break;
+      case ParamFamily::kMlaKvB:
+        bind_kv_b(b);
+        break;
+      case ParamFamily::kLatentProjection:
+        bind_latent(b);
+        break;
+      case ParamFamily::kRoutedExpert:
+        bind_experts(b);
+        break;
     }
-    if (fmt_.has(Capability::kModelSlimQuantization)) check_description_covers_tensors();
-    for (const Binding& b : out_.bindings) {
-      for (const StoredPart& p : b.parts) {
-        if (p.stored.size() != p.tensors.size())
-          throw InternalError("binding " + b.spec.name + ": part " + p.role + " is not resolved");
-      }
+    for (const StoredPart& p : b.parts) {
+      if (p.stored.size() != p.tensors.size())
+        throw InternalError("binding " + b.spec.name + ": part " + p.role + " is not resolved");
     }
-    // Every stored tensor of the language model must feed some parameter; reported in name
-    // order, whatever order the index keeps.
-    std::vector<const StoredTensor*> unclaimed;
-    for (const StoredTensor& t : ck_.tensors()) {
-      if (!claimed(t)) unclaimed.push_back(&t);
-    }
-    std::sort(unclaimed.begin(), unclaimed.end(),
-              [](const auto* a, const auto* b) { return a->entry.name < b->entry.name; });
-    for (const StoredTensor* entry : unclaimed) {
-      const StoredTensor& t = *entry;
-      const std::string& name = t.entry.name;
-      const bool language =
-          fmt_.kind() == FormatKind::kGguf
-              ? true
-              : name.rfind(ck_.name_prefix(), 0) == 0 &&
-                    (ck_.name_prefix().empty()
-                         ? name.rfind("model.", 0) == 0 || name.rfind("lm_head.", 0) == 0
-                         : true);
-      if (language) {
-        problem("unexpected tensor '" + name + "' (" + std::string(dtype_name(t.entry.dtype)) +
-                " " + dims(t.entry.shape) + ") in " + ck_.files()[t.file] +
-                ": no Kimi-K3 parameter of this config is stored under that name");
-      } else {
-        out_.ignored.push_back(name);
-      }
-    }
+    return b;
   }
 
  private:
-  std::string context() const { return "format " + std::string(fmt_.name()) + ": "; }
-
-  // quant_model_description.json and the tensors agree both ways: every entry names a stored
-  // tensor, and every weight a parameter uses has an entry (its scheme, FLOAT for norms).
-  // Names in order, so the report is the same whatever order the index keeps.
-  void check_description_covers_tensors() {
-    std::vector<std::string> problems;
-    for (const auto& [name, scheme] : ck_.schemes_of_absent_tensors()) {
-      problems.push_back("quant_model_description.json lists '" + name + "' (" +
-                         std::string(scheme_name(scheme)) + "), which no shard holds");
-    }
-    for (const StoredTensor& t : ck_.tensors()) {
-      // Unclaimed tensors are reported as unexpected already.
-      const std::string& name = t.entry.name;
-      if (name.ends_with(".weight") && claimed(t) && !ck_.scheme_of(t)) {
-        problems.push_back("tensor '" + name + "' in " + ck_.files()[t.file] +
-                           " has no entry in quant_model_description.json");
-      }
-    }
-    std::sort(problems.begin(), problems.end());
-    for (const std::string& p : problems) problem(p);
-  }
-  void problem(const std::string& what) { out_.problems.push_back(context() + what); }
+  void problem(const std::string& what) { problems_.push_back(context_of(fmt_) + what); }
 
   std::string stored_name(const std::string& logical) const {
     if (fmt_.kind() == FormatKind::kGguf) return gguf_name(logical, ck_.config());
@@ -568,14 +524,17 @@ class Binder {
     dense(b, b.repr, dense_part.dtype, b.spec.name);
   }
 
+  // Per tensor ordinal: some parameter uses it. Another Binder may claim the same tensor at the
+  // same time (a checkpoint that stores one tensor for two parameters), hence the atomic store.
+  void claim(const StoredTensor& t) {
+    std::atomic_ref<char>(claimed_[ck_.ordinal(t)]).store(1, std::memory_order_relaxed);
+  }
+
   const Checkpoint& ck_;
   const Format& fmt_;
-  BindResult& out_;
+  std::vector<char>& claimed_;
+  std::vector<std::string>& problems_;
   const ParamSpec* current_ = nullptr;
-  // Per tensor ordinal: some parameter uses it.
-  std::vector<char> claimed_ = std::vector<char>(ck_.tensors().size(), 0);
-  void claim(const StoredTensor& t) { claimed_[ck_.ordinal(t)] = 1; }
-  bool claimed(const StoredTensor& t) const { return claimed_[ck_.ordinal(t)] != 0; }
 };
 
 }  // namespace
@@ -599,9 +558,77 @@ std::string gguf_name(const std::string& logical, const ModelConfig& config) {
   throw InternalError("no GGUF name for parameter " + logical);
 }
 
+namespace {
+
+// quant_model_description.json and the tensors agree both ways: every entry names a stored
+// tensor, and every weight a parameter uses has an entry (its scheme, FLOAT for norms). Names in
+// order, so the report is the same whatever order the index keeps.
+std::vector<std::string> description_problems(const Checkpoint& ck,
+                                              const std::vector<char>& claimed) {
+  std::vector<std::string> problems;
+  for (const auto& [name, scheme] : ck.schemes_of_absent_tensors()) {
+    problems.push_back("quant_model_description.json lists '" + name + "' (" +
+                       std::string(scheme_name(scheme)) + "), which no shard holds");
+  }
+  for (const StoredTensor& t : ck.tensors()) {
+    // Unclaimed tensors are reported as unexpected already.
+    const std::string& name = t.entry.name;
+    if (name.ends_with(".weight") && claimed[ck.ordinal(t)] && !ck.scheme_of(t)) {
+      problems.push_back("tensor '" + name + "' in " + ck.files()[t.file] +
+                         " has no entry in quant_model_description.json");
+    }
+  }
+  std::sort(problems.begin(), problems.end());
+  return problems;
+}
+
+}  // namespace
+
 BindResult bind_parameters(const Checkpoint& checkpoint, const std::vector<ParamSpec>& specs) {
   BindResult out;
-  Binder(checkpoint, out).bind_all(specs);
+  const Format& fmt = checkpoint.format();
+  // Parameters bind independently: spread them over the node's cores (the planning rank works
+  // alone, common/fan_out.h), each keeping its own problems so the report keeps spec order.
+  std::vector<char> claimed(checkpoint.tensors().size(), 0);
+  std::vector<std::vector<std::string>> problems(specs.size());
+  out.bindings.resize(specs.size());
+  fan_out(specs.size(), [&](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i)
+      out.bindings[i] = Binder(checkpoint, claimed, problems[i]).bind(specs[i]);
+  });
+  for (auto& p : problems) {
+    for (std::string& text : p) out.problems.push_back(std::move(text));
+  }
+  if (fmt.has(Capability::kModelSlimQuantization)) {
+    for (const std::string& p : description_problems(checkpoint, claimed))
+      out.problems.push_back(context_of(fmt) + p);
+  }
+  // Every stored tensor of the language model must feed some parameter; reported in name
+  // order, whatever order the index keeps.
+  std::vector<const StoredTensor*> unclaimed;
+  for (const StoredTensor& t : checkpoint.tensors()) {
+    if (!claimed[checkpoint.ordinal(t)]) unclaimed.push_back(&t);
+  }
+  std::sort(unclaimed.begin(), unclaimed.end(),
+            [](const auto* a, const auto* b) { return a->entry.name < b->entry.name; });
+  const std::string& prefix = checkpoint.name_prefix();
+  for (const StoredTensor* t : unclaimed) {
+    const std::string& name = t->entry.name;
+    const bool language =
+        fmt.kind() == FormatKind::kGguf
+            ? true
+            : name.rfind(prefix, 0) == 0 &&
+                  (prefix.empty() ? name.rfind("model.", 0) == 0 || name.rfind("lm_head.", 0) == 0
+                                  : true);
+    if (language) {
+      out.problems.push_back(context_of(fmt) + "unexpected tensor '" + name + "' (" +
+                             std::string(dtype_name(t->entry.dtype)) + " " +
+                             dims(t->entry.shape) + ") in " + checkpoint.files()[t->file] +
+                             ": no Kimi-K3 parameter of this config is stored under that name");
+    } else {
+      out.ignored.push_back(name);
+    }
+  }
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include <oneapi/tbb/parallel_for.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -10,6 +11,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/fan_out.h"
 #include "common/json.h"
 #include "common/large_json.h"
 #include "model/file.h"
@@ -25,6 +27,14 @@ std::string read_text(const fs::path& path) {
   const File file = File::open_read(path);
   std::string text(file.size(), '\0');
   file.read_exact(text.data(), text.size(), 0);
+  return text;
+}
+
+// A large JSON file read into a buffer simdjson parses in place.
+PaddedBuffer read_padded(const fs::path& path) {
+  const File file = File::open_read(path);
+  PaddedBuffer text(file.size());
+  file.read_exact(text.data(), file.size(), 0);
   return text;
 }
 
@@ -51,9 +61,11 @@ std::string_view scheme_name(ModelSlimScheme scheme) {
   return "?";
 }
 
-ModelSlimDescription parse_modelslim_description(const std::string& text,
-                                                 const std::string& source) {
-  const LargeJson doc(text, {source});
+namespace {
+
+ModelSlimDescription parse_description(std::string_view text, const std::string& source,
+                                       LargeJson::Padding padding) {
+  const LargeJson doc(text, {source}, padding);
   return interpret_large_json(source, [&] {
     simdjson::dom::object root;
     if (doc.root().get(root)) throw InputError(source + ": expected a JSON object");
@@ -94,6 +106,13 @@ ModelSlimDescription parse_modelslim_description(const std::string& text,
     }
     return d;
   });
+}
+
+}  // namespace
+
+ModelSlimDescription parse_modelslim_description(const std::string& text,
+                                                 const std::string& source) {
+  return parse_description(text, source, LargeJson::Padding::kCopy);
 }
 
 FormatKind detect_format(const fs::path& path) {
@@ -220,14 +239,14 @@ std::vector<std::string> safetensors_files(const fs::path& dir, PackedNames& wei
     std::unordered_map<std::string_view, std::size_t> shard_of_name;
     std::vector<std::string_view> names;
     PackedNames entries;
-    const std::string text = read_text(index);
-    const LargeJson doc(text, {index.string()});
+    const PaddedBuffer text = read_padded(index);
+    const LargeJson doc(text.view(), {index.string()}, LargeJson::Padding::kInPlace);
     interpret_large_json(index.string(), [&] {
       simdjson::dom::object map;
       if (doc.root()["weight_map"].get(map)) {
         throw InputError(index.string() + ": expected an object with a weight_map object");
       }
-      entries.reserve(map.size(), text.size());
+      entries.reserve(map.size(), text.view().size());
       for (const auto field : map) {
         std::string_view file;
         if (field.value.get(file)) {
@@ -316,7 +335,8 @@ Checkpoint Checkpoint::discover(const fs::path& path, std::optional<FormatKind> 
   }
   if (kind == FormatKind::kModelSlim) {
     const fs::path d = path / "quant_model_description.json";
-    ck.modelslim_ = parse_modelslim_description(read_text(d), d.string());
+    ck.modelslim_ =
+        parse_description(read_padded(d).view(), d.string(), LargeJson::Padding::kInPlace);
   }
   return ck;
 }
@@ -374,17 +394,27 @@ void Checkpoint::add_headers(std::vector<ShardHeader> headers) {
     });
     gguf_ = std::move(headers.front().gguf);
   } else {
-    // Every entry of the index's weight_map names a tensor that its shard really holds.
+    // Every entry of the index's weight_map names a tensor that its shard really holds; the
+    // first entry that does not is reported.
     const std::string index = (fs::path(root_) / "model.safetensors.index.json").string();
-    for (std::size_t e = 0; e < weight_map_.size(); ++e) {
+    std::atomic<std::size_t> first_wrong{weight_map_.size()};
+    fan_out(weight_map_.size(), [&](std::size_t begin, std::size_t end) {
+      for (std::size_t e = begin; e < end; ++e) {
+        const StoredTensor* t = find(weight_map_.name(e));
+        if (t && t->file == weight_map_.value(e)) continue;
+        std::size_t seen = first_wrong.load();
+        while (e < seen && !first_wrong.compare_exchange_weak(seen, e)) {
+        }
+        return;
+      }
+    });
+    if (const std::size_t e = first_wrong.load(); e < weight_map_.size()) {
       const std::string_view tensor = weight_map_.name(e);
       const std::size_t file = weight_map_.value(e);
       const StoredTensor* t = find(tensor);
-      if (!t || t->file != file) {
-        throw InputError(index + ": weight_map puts '" + std::string(tensor) + "' in " +
-                         files_[file] +
-                         (!t ? ", but no shard holds it" : ", but it is in " + files_[t->file]));
-      }
+      throw InputError(index + ": weight_map puts '" + std::string(tensor) + "' in " +
+                       files_[file] +
+                       (!t ? ", but no shard holds it" : ", but it is in " + files_[t->file]));
     }
     weight_map_.clear();
     // The official release names everything under "language_model."; accept flat exports too.
@@ -452,10 +482,19 @@ void Checkpoint::join_modelslim_schemes() {
   if (!modelslim_) return;
   scheme_codes_.assign(tensors_.size(), kNoScheme);
   const PackedNames& schemes = modelslim_->schemes;
-  for (std::size_t e = 0; e < schemes.size(); ++e) {  // in file order: a repeated name's last wins
+  // The lookups on the node's cores; the codes in file order, so a repeated name's last wins.
+  constexpr std::uint32_t kAbsent = std::numeric_limits<std::uint32_t>::max();
+  std::vector<std::uint32_t> ordinals(schemes.size(), kAbsent);
+  fan_out(schemes.size(), [&](std::size_t begin, std::size_t end) {
+    for (std::size_t e = begin; e < end; ++e) {
+      if (const StoredTensor* t = find(schemes.name(e)))
+        ordinals[e] = static_cast<std::uint32_t>(ordinal(*t));
+    }
+  });
+  for (std::size_t e = 0; e < schemes.size(); ++e) {
     const auto scheme = static_cast<ModelSlimScheme>(schemes.value(e));
-    if (const StoredTensor* t = find(schemes.name(e))) {
-      scheme_codes_[ordinal(*t)] = static_cast<std::uint8_t>(scheme);
+    if (ordinals[e] != kAbsent) {
+      scheme_codes_[ordinals[e]] = static_cast<std::uint8_t>(scheme);
     } else {
       absent_schemes_.insert_or_assign(std::string(schemes.name(e)), scheme);
     }

@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <exception>
 #include <set>
-#include <thread>
 
 #include <spdlog/spdlog.h>
 
 #include "common/error.h"
+#include "common/fan_out.h"
 #include "common/wire.h"
 #include "dist/collectives.h"
 #include "model/parameters.h"
@@ -43,30 +42,15 @@ void decode(WireReader& in, CheckpointFigures& f) {
 }
 
 // Every rank's plan, encoded, in rank order. The planning rank runs this while all other ranks
-// wait for it, so it takes the cores of its node (at most 16 threads).
+// wait for it, so it takes the cores of its node (common/fan_out.h).
 std::vector<std::string> encode_plans(const Checkpoint& checkpoint, const BindResult& bound,
                                       const dist::Layout& layout) {
-  const int ranks = layout.world();
-  std::vector<std::string> encoded(static_cast<std::size_t>(ranks));
-  std::vector<std::exception_ptr> errors(encoded.size());
-  const int threads =
-      std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, std::min(16, ranks));
-  auto work = [&](int first) {
-    for (int r = first; r < ranks; r += threads) {
-      try {
-        encoded[r] = to_wire(make_load_plan(checkpoint, bound.bindings, layout, r));
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
+  std::vector<std::string> encoded(static_cast<std::size_t>(layout.world()));
+  fan_out(encoded.size(), [&](std::size_t begin, std::size_t end) {
+    for (std::size_t r = begin; r < end; ++r) {
+      encoded[r] = to_wire(make_load_plan(checkpoint, bound.bindings, layout, static_cast<int>(r)));
     }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(work, t);
-  work(0);
-  for (std::thread& t : pool) t.join();
-  for (const std::exception_ptr& e : errors) {
-    if (e) std::rethrow_exception(e);  // the lowest rank's, as a serial loop would report
-  }
+  });
   return encoded;
 }
 
@@ -175,9 +159,12 @@ Preflight preflight(dist::Runtime& runtime, const dist::Layout& layout,
         own[f] = std::move(h);
         unreadable[f] = std::move(error);
       } else {
+        // The tensors as a nested record: the planning rank decodes files on several threads.
+        WireWriter tensors;
+        tensors.put(h.tensors);
         sent.put(static_cast<std::uint64_t>(f));
         sent.put(error);
-        sent.put(h.tensors);
+        sent.put(std::string_view(tensors.bytes()));
       }
     }
   });
@@ -188,12 +175,19 @@ Preflight preflight(dist::Runtime& runtime, const dist::Layout& layout,
         dist::gatherv(world, std::span<const char>(bytes.data(), bytes.size()), kPlanningRank);
     if (planner) {
       WireReader in(std::string_view(gathered.data.data(), gathered.data.size()));
+      std::vector<std::pair<std::size_t, std::string_view>> records;
       while (!in.done()) {
         const auto f = in.get<std::uint64_t>();
         if (f >= own.size()) throw InternalError("preflight: a header of no file arrived");
         in.get(unreadable[f]);
-        in.get(own[f].tensors);
+        records.emplace_back(f, in.get_view());
       }
+      fan_out(records.size(), [&](std::size_t begin, std::size_t end) {
+        for (std::size_t i = begin; i < end; ++i) {
+          WireReader record(records[i].second);
+          record.get(own[records[i].first].tensors);
+        }
+      });
     }
   }
   const double t_headers = seconds_since(t0);

@@ -59,7 +59,10 @@ SafetensorsHeader parse_header(std::span<const std::uint8_t> prefix, std::uint64
   h.data_start = 8 + header_len;
   const std::string_view text(reinterpret_cast<const char*>(prefix.data() + 8), header_len);
 
-  const LargeJson doc(text, {source, "a safetensors header is one JSON object of tensor entries"});
+  const LargeJson doc(text, {source, "a safetensors header is one JSON object of tensor entries"},
+                      prefix.size() >= 8 + header_len + LargeJson::kPadding
+                          ? LargeJson::Padding::kInPlace
+                          : LargeJson::Padding::kCopy);
   simdjson::dom::object root;
   if (doc.root().get(root)) fail(source, "header is not a JSON object");
 
@@ -176,15 +179,18 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::uint8_t> prefix,
 SafetensorsHeader read_safetensors_header(const std::filesystem::path& path) {
   const File file = File::open_read(path);
   const std::uint64_t size = file.size();
-  std::vector<std::uint8_t> prefix(std::min<std::uint64_t>(size, 8));
-  file.read_exact(prefix.data(), prefix.size(), 0);
-  if (size >= 8) {
-    std::uint64_t len = read_u64_le(prefix.data());
-    if (len <= kMaxSafetensorsHeader && len <= size - 8) {
-      prefix.resize(8 + len);
-      file.read_exact(prefix.data() + 8, len, 8);
-    }
-  }
+  std::uint8_t length[8] = {};
+  const std::uint64_t first = std::min<std::uint64_t>(size, 8);
+  file.read_exact(length, first, 0);
+  std::uint64_t len = first == 8 ? read_u64_le(length) : 0;
+  const bool readable = first == 8 && len <= kMaxSafetensorsHeader && len <= size - 8;
+  if (!readable) len = 0;
+  // The header is parsed in place: LargeJson::kPadding readable bytes past its end.
+  std::vector<std::uint8_t> prefix(8 + len + LargeJson::kPadding);
+  std::copy(length, length + first, prefix.begin());
+  if (len > 0) file.read_exact(prefix.data() + 8, len, 8);
+  // A file too short or with an impossible length: parse_safetensors_header names the problem.
+  prefix.resize(readable ? prefix.size() : first);
   return parse_safetensors_header(prefix, size, path.string());
 }
 
