@@ -78,6 +78,9 @@ std::filesystem::path add_rank_log_file(const std::filesystem::path& dir, int ra
   auto logger = spdlog::default_logger();
   file->set_pattern(state().pattern);
   logger->sinks().push_back(file);
+  // Line by line: a rank killed by a signal (out of memory, the launcher) leaves every line it
+  // logged. The job logs a few lines a second at most, so the flushes cost nothing measurable.
+  logger->flush_on(spdlog::level::trace);
   return path;
 }
 

@@ -99,10 +99,12 @@ int Runtime::run(const std::function<int()>& body) {
 void Runtime::collectively(const std::function<void()>& fn) {
   std::string message;
   int code = 0;
+  int reported_by = -1;
   try {
     fn();
-  } catch (const ReportedError& e) {
-    message = "";
+  } catch (const ReportedError& e) {  // a nested collectively() logged it already
+    message = e.message();
+    reported_by = e.reporting_rank();
     code = static_cast<int>(e.exit_code());
   } catch (const Error& e) {
     message = e.what();
@@ -129,10 +131,20 @@ void Runtime::collectively(const std::function<void()>& fn) {
     nap = std::min(nap * 2, std::chrono::microseconds(25000));
   }
   if (first == world_size()) return;
-  check_mpi(MPI_Bcast(&code, 1, MPI_INT, first, world_.handle()), "MPI_Bcast");
-  if (rank() == first && !message.empty()) spdlog::error("{}", message);
+  const bool logged = reported_by >= 0;
+  std::array<int, 2> outcome = {code, logged ? reported_by : rank()};
+  check_mpi(MPI_Bcast(outcome.data(), 2, MPI_INT, first, world_.handle()), "MPI_Bcast");
+  // The message travels too (at most 4 KiB of it), so that rank 0 can record why the job ended.
+  constexpr std::size_t kMessageBytes = 4096;
+  std::array<char, kMessageBytes> text{};
+  if (rank() == first) message.copy(text.data(), kMessageBytes - 1);
+  check_mpi(MPI_Bcast(text.data(), static_cast<int>(kMessageBytes), MPI_CHAR, first,
+                      world_.handle()),
+            "MPI_Bcast");
+  text.back() = '\0';
+  if (rank() == first && !logged && !message.empty()) spdlog::error("{}", message);
   flush_logs();
-  throw ReportedError(static_cast<ExitCode>(code));
+  throw ReportedError(static_cast<ExitCode>(outcome[0]), outcome[1], text.data());
 }
 
 NodeInfo Runtime::discover_nodes(int ranks_per_node) {

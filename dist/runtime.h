@@ -30,9 +30,19 @@ struct NodeInfo {
 };
 
 // An error that has already been reported (by collectively()); main() only exits with its code.
+// Every rank knows which rank reported it and what it said (for the artifacts' failure record).
 class ReportedError : public Error {
  public:
-  explicit ReportedError(ExitCode code) : Error(code, "error already reported") {}
+  explicit ReportedError(ExitCode code, int reporting_rank = -1, std::string message = "")
+      : Error(code, "error already reported"),
+        reporting_rank_(reporting_rank),
+        message_(std::move(message)) {}
+  int reporting_rank() const { return reporting_rank_; }  // -1: unknown
+  const std::string& message() const { return message_; }
+
+ private:
+  int reporting_rank_;
+  std::string message_;
 };
 
 class Runtime {

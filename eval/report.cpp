@@ -1,6 +1,7 @@
 #include "eval/report.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <hdf5.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cstddef>
 #include <cstring>
 #include <ctime>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "eval/text_file.h"
@@ -28,6 +30,10 @@ std::string_view status_word(RunStatus status) {
       return "regression";
     case RunStatus::kError:
       return "error";
+    case RunStatus::kRunning:
+      return "running";
+    case RunStatus::kFailed:
+      return "failed";
   }
   return "error";
 }
@@ -36,8 +42,68 @@ RunStatus status_of(const std::optional<Verdict>& verdict) {
   return verdict && !verdict->pass ? RunStatus::kRegression : RunStatus::kOk;
 }
 
-void write_status(const std::filesystem::path& path, RunStatus status) {
-  write_file_atomically(path, std::string(status_word(status)) + "\n");
+void write_status(const std::filesystem::path& path, RunStatus status, const std::string& detail) {
+  std::string text = std::string(status_word(status)) + "\n";
+  if (!detail.empty()) text += detail + "\n";
+  write_file_atomically(path, text);
+}
+
+std::string read_status_word(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::string word;
+  in >> word;
+  return word;
+}
+
+void write_failure(const std::filesystem::path& artifacts_dir, int exit_code,
+                   const std::string& reason, const json& config) {
+  // The first line of a long message is the status file's detail; summary.json keeps it all.
+  const std::string first_line = reason.substr(0, reason.find('\n'));
+  write_status(artifacts_dir / "status", RunStatus::kFailed, first_line);
+  std::size_t finished = 0;
+  const auto questions = artifacts_dir / "questions.jsonl";
+  if (std::filesystem::exists(questions)) {
+    try {
+      finished = read_results(questions).results.size();
+    } catch (const Error&) {  // a damaged file: the failure record must still be written
+    }
+  }
+  json summary = {{"status", "failed"},
+                  {"reason", reason},
+                  {"exit_code", exit_code},
+                  {"finished_questions", finished},
+                  {"config", config}};
+  write_summary(artifacts_dir / "summary.json", summary);
+}
+
+ArtifactsLock::ArtifactsLock(const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const auto path = dir / ".lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    throw InputError("cannot open " + path.string() + " to lock the artifacts directory: " +
+                     std::strerror(errno));
+  }
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    char holder[32] = {};
+    const ssize_t n = ::pread(fd_, holder, sizeof holder - 1, 0);
+    std::string pid = n > 0 ? std::string(holder, static_cast<std::size_t>(n)) : "";
+    pid = pid.substr(0, pid.find('\n'));
+    ::close(fd_);
+    fd_ = -1;
+    throw InputError("artifacts directory " + dir.string() + " is in use by another job" +
+                     (pid.empty() ? "" : " (pid " + pid + ")") +
+                     "; wait for it to end or choose another --artifacts-dir");
+  }
+  const std::string me = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) == 0) {
+    [[maybe_unused]] const ssize_t written = ::pwrite(fd_, me.data(), me.size(), 0);
+  }
+}
+
+ArtifactsLock::~ArtifactsLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the lock
 }
 
 namespace {
@@ -315,7 +381,8 @@ void write_run(const H5& h5, hid_t runs, std::size_t n, const RunRecord& run) {
       {"num_shots", run.num_shots},
       {"num_questions", run.num_questions},
       {"completion_tokens", run.completion_tokens},
-      {"log_errors", run.log_errors}};
+      {"log_errors", run.log_errors},
+      {"resumed_after", run.resumed_after}};
   for (const auto& [name, value] : counts) {
     h5.write_attr(g.get(), name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &value);
   }
@@ -378,6 +445,11 @@ RunRecord read_run(const H5& h5, hid_t runs, std::size_t n) {
       {"log_errors", &run.log_errors}};
   for (const auto& [attr, value] : counts) {
     *value = h5.read_attr<std::uint64_t>(g.get(), where, attr, H5T_NATIVE_UINT64, H5T_INTEGER);
+  }
+  // Histories written before resumed runs were marked have no such attribute: not resumed.
+  if (H5Aexists(g.get(), "resumed_after") > 0) {
+    run.resumed_after = h5.read_attr<std::uint64_t>(g.get(), where, "resumed_after",
+                                                    H5T_NATIVE_UINT64, H5T_INTEGER);
   }
   const std::pair<const char*, double*> reals[] = {{"accuracy", &run.accuracy},
                                                    {"invalid", &run.invalid},

@@ -1,7 +1,10 @@
 // eval reports: what a finished run leaves behind besides its console lines.
 //
 //   summary JSON   metrics, counts, verdict, log problems and the configuration, for machines
-//   status file    one word, ok / regression / error, for schedulers that only read a file
+//   status file    one word for schedulers that only read a file: running from the start,
+//                  then ok / regression / error (a finished run) or failed (it did not finish;
+//                  a second line says why: the rank and its error, or the rank and signal the
+//                  launcher saw)
 //   HDF5 history   one group per run, appended run after run, read back by k3report
 //
 // The history is written by one process (rank 0), from one thread, with serial HDF5 calls:
@@ -32,13 +35,39 @@
 
 namespace k3::eval {
 
-enum class RunStatus { kOk, kRegression, kError };
+enum class RunStatus { kOk, kRegression, kError, kRunning, kFailed };
 
-std::string_view status_word(RunStatus status);              // "ok", "regression", "error"
+// "ok", "regression", "error", "running", "failed"
+std::string_view status_word(RunStatus status);
 RunStatus status_of(const std::optional<Verdict>& verdict);  // no baseline: ok
 
-// The status file: the word and a newline, written atomically.
-void write_status(const std::filesystem::path& path, RunStatus status);
+// The status file: the word and a newline, then `detail` as a second line if given; written
+// atomically.
+void write_status(const std::filesystem::path& path, RunStatus status,
+                  const std::string& detail = "");
+// The first word of a status file; "" when there is none.
+std::string read_status_word(const std::filesystem::path& path);
+
+// A run that did not finish, as its artifacts directory records it: status "failed" with the
+// reason, and summary.json {"status": "failed", "reason", "exit_code", "finished_questions"
+// (rows of questions.jsonl that survived), "config"}.
+void write_failure(const std::filesystem::path& artifacts_dir, int exit_code,
+                   const std::string& reason, const nlohmann::json& config);
+
+// Exclusive use of an artifacts directory while this object lives (flock on <dir>/.lock, which
+// the kernel releases when the process ends, however it ends): two jobs can never write one
+// directory, nor a --resume start while the killed run's ranks are still alive. InputError
+// naming the directory (and the holder's pid) when another process holds it.
+class ArtifactsLock {
+ public:
+  explicit ArtifactsLock(const std::filesystem::path& dir);
+  ~ArtifactsLock();
+  ArtifactsLock(const ArtifactsLock&) = delete;
+  ArtifactsLock& operator=(const ArtifactsLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 // {"status", "metrics": {accuracy, invalid, latency_s, output_throughput, questions, correct,
 //  invalid_count, completion_tokens}, "verdict": {...} or null, "log_errors", "config"}.
@@ -61,6 +90,9 @@ struct RunRecord {
   std::uint64_t num_questions = 0;
   std::uint64_t completion_tokens = 0;
   std::uint64_t log_errors = 0;  // count_log_errors()
+  // A --resume: the questions finished before this part (latency_s, completion_tokens and
+  // output_throughput are then this part's; accuracy covers every question). 0: not resumed.
+  std::uint64_t resumed_after = 0;
   double accuracy = 0;
   double invalid = 0;  // rate
   double latency_s = 0;

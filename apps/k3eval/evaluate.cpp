@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <csignal>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/k3eval/model_loading.h"
+#include "common/json.h"
 #include "dist/collectives.h"
 #include "dist/logging.h"
 #include "eval/baseline.h"
@@ -23,6 +25,7 @@
 #include "eval/report.h"
 #include "eval/runner.h"
 #include "eval/score.h"
+#include "eval/text_file.h"
 #include "model/engine/engine.h"
 #include "model/tokenizer_files.h"
 
@@ -134,6 +137,61 @@ nlohmann::json config_json(const K3evalOptions& o, const dist::Layout& layout) {
           {"resume", o.resume}};
 }
 
+// What defines a run's results, as config.json names them, with the option that sets each. A
+// --resume that changed one would mix two configurations' rows in one questions.jsonl. (The
+// layout is not among them: --fp32-activations results do not depend on it, and a resumed job
+// may have another allocation.)
+constexpr std::pair<const char*, const char*> kResultDefining[] = {
+    {"model_path", "--model-path"},
+    {"load_format", "--load-format"},
+    {"data_path", "--data-path"},
+    {"num_shots", "--num-shots"},
+    {"num_questions", "--num-questions"},
+    {"exclude_shot_questions", "--exclude-shot-questions"},
+    {"max_new_tokens", "--max-new-tokens"},
+    {"temperature", "--temperature"},
+    {"seed", "--seed"},
+    {"answer_extractor", "--answer-extractor"},
+    {"fp32_activations", "--fp32-activations"},
+};
+
+bool same_setting(const std::string& key, const nlohmann::json& a, const nlohmann::json& b) {
+  if ((key == "model_path" || key == "data_path") && a.is_string() && b.is_string()) {
+    std::error_code ec1, ec2;
+    const auto pa = fs::weakly_canonical(a.get<std::string>(), ec1);
+    const auto pb = fs::weakly_canonical(b.get<std::string>(), ec2);
+    if (!ec1 && !ec2) return pa == pb;
+  }
+  return a == b;
+}
+
+// --resume continues only the run its directory holds: every result-defining option as that
+// run's config.json recorded it. UsageError (exit 2) naming each option that differs.
+void check_resume_matches(const fs::path& recorded, const nlohmann::json& now) {
+  if (!fs::exists(recorded)) {
+    throw UsageError(recorded.string() +
+                     " is missing: --resume cannot tell which options the run in this directory "
+                     "used; start a new run in another --artifacts-dir");
+  }
+  const nlohmann::json before =
+      parse_json(eval::read_text_file(recorded, "the resumed run's configuration"),
+                 {recorded.string(), "the config.json k3eval writes"});
+  std::vector<std::string> changed;
+  for (const auto& [key, option] : kResultDefining) {
+    if (!before.is_object() || !before.contains(key)) {
+      changed.push_back(fmt::format("{}: not recorded in {}", option, recorded.string()));
+    } else if (!same_setting(key, before[key], now[key])) {
+      changed.push_back(fmt::format("{}: {} in the run being resumed, {} now", option,
+                                    before[key].dump(), now[key].dump()));
+    }
+  }
+  if (changed.empty()) return;
+  std::string text = "--resume would mix the results of two configurations in " +
+                     recorded.parent_path().string() + "; these options differ:";
+  for (const std::string& c : changed) text += "\n  " + c;
+  throw UsageError(text);
+}
+
 // Every id in order on every rank (rank 0 read them).
 std::vector<std::size_t> bcast_ids(const dist::Groups& groups, std::vector<std::size_t> ids) {
   std::uint64_t n = ids.size();
@@ -174,6 +232,7 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
       eval::check_baseline_fits(*baseline, ids);
     }
     if (root && o.resume && fs::exists(questions_file)) {
+      check_resume_matches(artifacts / "config.json", config_json(o, groups.layout()));
       resumed = eval::read_results(questions_file);
       for (const auto& r : resumed.results) {
         if (std::find(ids.begin(), ids.end(), r.id) == ids.end()) {
@@ -195,7 +254,9 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
   if (root && !artifacts.empty()) {
     fs::create_directories(artifacts);
     std::ofstream(artifacts / "command.txt") << o.command_line << "\n";
-    std::ofstream(artifacts / "config.json") << config_json(o, groups.layout()).dump(2) << "\n";
+    nlohmann::json config = config_json(o, groups.layout());
+    if (o.resume) config["resumed_after"] = done.size();  // questions finished before this part
+    eval::write_file_atomically(artifacts / "config.json", config.dump(2) + "\n");
   }
 
   LoadedModel model = load_model(runtime, groups, o);
@@ -216,6 +277,10 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
 
   const std::string smoke = eval::warm_up(*engine, groups, *tokenizer, tokens, ro);
   spdlog::info("warm-up and smoke request done; smoke completion: {:?}", smoke);
+  if (o.debug_kill_rank && *o.debug_kill_rank == runtime.rank()) {
+    spdlog::warn("injected SIGKILL (--debug-kill-rank {})", *o.debug_kill_rank);
+    std::raise(SIGKILL);
+  }
 
   std::optional<eval::ResultsWriter> writer;
   if (root && !artifacts.empty()) {
@@ -255,8 +320,25 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
     std::vector<eval::QuestionResult> all = resumed.results;
     all.insert(all.end(), outcome.results.begin(), outcome.results.end());
     std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
-    const eval::Metrics metrics = eval::compute_metrics(all, outcome.latency_s);
+    eval::Metrics metrics = eval::compute_metrics(all, outcome.latency_s);
+    // After a --resume, SGLang's Latency and Output throughput are this part's: the earlier
+    // rows' tokens were generated in another job's time. Accuracy and Invalid cover every row.
+    const bool was_resumed = !resumed.results.empty();
+    const std::uint64_t all_tokens = metrics.completion_tokens;
+    if (was_resumed) {
+      metrics.completion_tokens =
+          eval::compute_metrics(outcome.results, outcome.latency_s).completion_tokens;
+    }
     std::fputs(eval::format_metric_lines(metrics).c_str(), stdout);
+    if (was_resumed) {
+      std::printf(
+          "Resumed: %zu of %zu questions were finished before this part; Latency and Output "
+          "throughput cover this part's %zu questions (%llu tokens); all %zu questions: %llu "
+          "completion tokens\n",
+          resumed.results.size(), all.size(), outcome.results.size(),
+          static_cast<unsigned long long>(metrics.completion_tokens), all.size(),
+          static_cast<unsigned long long>(all_tokens));
+    }
     std::optional<eval::Verdict> verdict;
     if (baseline) {
       verdict = eval::judge(*baseline, metrics, all);
@@ -283,9 +365,18 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
     eval::RunStatus status = eval::status_of(verdict);
     if (log_errors > 0) status = eval::RunStatus::kError;
     if (!artifacts.empty()) {
-      eval::write_summary(
-          artifacts / "summary.json",
-          eval::summary_json(metrics, verdict, log_errors, config_json(o, groups.layout())));
+      nlohmann::json summary =
+          eval::summary_json(metrics, verdict, log_errors, config_json(o, groups.layout()));
+      if (was_resumed) {
+        summary["resume"] = {
+            {"finished_before", resumed.results.size()},
+            {"this_part",
+             {{"questions", outcome.results.size()},
+              {"completion_tokens", metrics.completion_tokens},
+              {"latency_s", metrics.latency_s}}},
+            {"all", {{"questions", all.size()}, {"completion_tokens", all_tokens}}}};
+      }
+      eval::write_summary(artifacts / "summary.json", summary);
       eval::write_status(artifacts / "status", status);
     }
     const fs::path history = !o.history.empty()   ? fs::path(o.history)
@@ -304,6 +395,7 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
       rec.num_questions = metrics.questions;
       rec.completion_tokens = metrics.completion_tokens;
       rec.log_errors = log_errors;
+      rec.resumed_after = resumed.results.size();
       rec.accuracy = metrics.accuracy();
       rec.invalid = metrics.invalid_rate();
       rec.latency_s = metrics.latency_s;

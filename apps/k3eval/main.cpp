@@ -2,7 +2,10 @@
 // each rank's checkpoint slice, and runs the GSM8K evaluation on the Kimi-K3 engine (or
 // --mode throughput, `k3eval logits`, `k3eval score`, --load-only, --check-layout).
 #include <cstdio>
+#include <filesystem>
 #include <optional>
+
+#include <nlohmann/json.hpp>
 
 #include <spdlog/spdlog.h>
 
@@ -15,27 +18,76 @@
 #include "dist/logging.h"
 #include "dist/runtime.h"
 #include "dist/threads.h"
+#include "eval/report.h"
 
 namespace {
 
 using namespace k3;
 
+int run_job(dist::Runtime& runtime, const apps::K3evalOptions& options);
+
 int run_k3eval(dist::Runtime& runtime, int argc, char** argv) {
   apps::K3evalOptions options;
+  std::optional<eval::ArtifactsLock> lock;  // rank 0's, for the whole job
+  const bool root = runtime.rank() == 0;
   runtime.collectively([&] {
     options = apps::parse_k3eval_options(argc, argv);
     dist::set_console_level(dist::parse_log_level(options.log_level));
-    if (options.help || options.version) return;
-    if (!options.artifacts_dir.empty()) {
-      dist::add_rank_log_file(options.artifacts_dir, runtime.rank());
-    }
+    // Before any rank opens (and truncates) its log there: another job may own the directory.
+    if (root && !options.help && !options.version && !options.artifacts_dir.empty())
+      lock.emplace(options.artifacts_dir);
   });
   if (options.help || options.version) {
-    if (runtime.rank() == 0) {
+    if (root) {
       std::fputs(options.help ? apps::k3eval_usage().c_str() : "k3eval " K3_VERSION "\n", stdout);
     }
     return 0;
   }
+  const std::filesystem::path artifacts = options.artifacts_dir;
+  runtime.collectively([&] {
+    if (artifacts.empty()) return;
+    dist::add_rank_log_file(artifacts, runtime.rank());
+    if (root) eval::write_status(artifacts / "status", eval::RunStatus::kRunning);
+  });
+  // What the artifacts directory says when the job ends on an error k3eval sees (a killed rank
+  // is recorded by the launcher wrappers, jobs/lib/record.sh): status failed, with the rank and
+  // its message, and a summary.json of what finished.
+  const nlohmann::json failure_config = {{"command_line", options.command_line}};
+  auto record_failure = [&](ExitCode code, const std::string& reason) {
+    if (!root || artifacts.empty()) return;
+    try {
+      eval::write_failure(artifacts, static_cast<int>(code), reason, failure_config);
+    } catch (const std::exception& e) {
+      spdlog::error("could not record the failure in {}: {}", artifacts.string(), e.what());
+    }
+  };
+  int code = 0;
+  try {
+    code = run_job(runtime, options);
+  } catch (const dist::ReportedError& e) {
+    record_failure(e.exit_code(), e.reporting_rank() >= 0
+                                      ? "rank " + std::to_string(e.reporting_rank()) + ": " +
+                                            e.message()
+                                      : e.message());
+    throw;
+  } catch (const Error& e) {
+    record_failure(e.exit_code(), "rank " + std::to_string(runtime.rank()) + ": " + e.what());
+    throw;
+  } catch (const std::exception& e) {
+    record_failure(ExitCode::kInternal,
+                   "rank " + std::to_string(runtime.rank()) + ": unexpected error: " + e.what());
+    throw;
+  }
+  // Modes without a verdict of their own (load-only, throughput, logits) end as "ok".
+  if (root && !artifacts.empty() &&
+      eval::read_status_word(artifacts / "status") == eval::status_word(eval::RunStatus::kRunning)) {
+    eval::write_status(artifacts / "status", code == 0 ? eval::RunStatus::kOk : eval::RunStatus::kFailed,
+                       code == 0 ? "" : "exit code " + std::to_string(code));
+  }
+  return code;
+}
+
+int run_job(dist::Runtime& runtime, const apps::K3evalOptions& options) {
   spdlog::debug("command line: {}", options.command_line);
   if (options.command == "score") {
     // Re-scoring needs no model and no layout: rank 0 does it, the lowest failing rank reports.

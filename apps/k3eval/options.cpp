@@ -39,9 +39,10 @@ po::options_description describe(K3evalOptions& o) {
       ("load-only", po::bool_switch(&o.load_only),
        "plan, load and audit this rank's slice of --model-path, print the figures, exit")
       ("artifacts-dir", po::value(&o.artifacts_dir)->value_name("DIR"),
-       "the run's record: command.txt, config.json (the resolved options), logs/rank-NNNNN.log "
-       "(every rank's full log), questions.jsonl (one line per finished question), "
-       "summary.json, status, history.h5 (unless --history)")
+       "the run's record, locked to this job: command.txt, config.json (the resolved options), "
+       "logs/rank-NNNNN.log (every rank's full log, written line by line), questions.jsonl (one "
+       "line per finished question), summary.json, status (running, then ok / regression / "
+       "error, or failed with the rank and reason), history.h5 (unless --history)")
       ("log-level", po::value(&o.log_level)->value_name("LEVEL"),
        "console level on rank 0: trace, debug, info, warn, error, critical, off (default info)")
       ("threads", po::value<int>()->value_name("N"),
@@ -121,7 +122,10 @@ po::options_description describe(K3evalOptions& o) {
        "log one error line on rank R and carry on, for the post-run log scan")
       ("debug-abort-after", po::value(&o.debug_abort_after)->value_name("N"),
        "abort the whole job (MPI_Abort) once rank 0 has written N questions' results, as a "
-       "crash would (tests of --resume)");
+       "crash would (tests of --resume)")
+      ("debug-kill-rank", po::value<int>()->value_name("R"),
+       "rank R sends itself SIGKILL once the model is loaded and warmed up, as an out-of-memory "
+       "kill would (tests of the failure record)");
   // clang-format on
 
   po::options_description all(
@@ -224,6 +228,7 @@ K3evalOptions parse_k3eval_options(int argc, const char* const* argv) {
   if (vm.count("threads")) o.threads = vm["threads"].as<int>();
   if (vm.count("debug-fail-rank")) o.debug_fail_rank = vm["debug-fail-rank"].as<int>();
   if (vm.count("debug-log-error")) o.debug_log_error = vm["debug-log-error"].as<int>();
+  if (vm.count("debug-kill-rank")) o.debug_kill_rank = vm["debug-kill-rank"].as<int>();
   validate(o);
   return o;
 }

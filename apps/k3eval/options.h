@@ -65,6 +65,7 @@ struct K3evalOptions {
   std::optional<int> debug_fail_rank;  // fault injection for tests of the fatal-error policy
   std::optional<int> debug_log_error;  // log one error line on rank R and go on (log-scan tests)
   int debug_abort_after = 0;  // abort the job after N questions were written (resume tests)
+  std::optional<int> debug_kill_rank;  // SIGKILL rank R once warmed up (failure-record tests)
   bool help = false;
   bool version = false;
   std::string command_line;  // as launched, for logs and artifacts

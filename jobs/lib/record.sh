@@ -13,8 +13,10 @@ k3_artifacts_dir() {
 
 # k3_run_recorded ARTIFACTS ROOT K3EVAL HEADER COMMAND...: writes ARTIFACTS/job.txt (the HEADER
 # lines, then k3eval's version, ROOT's git revision, the command and the start time), runs
-# COMMAND with its stdout shown and kept in ARTIFACTS/stdout.log, appends the end time and the
-# exit code to job.txt, and returns COMMAND's exit code (call it as `k3_run_recorded ... || rc=$?`).
+# COMMAND with its stdout and stderr shown and kept in ARTIFACTS/stdout.log and stderr.log,
+# appends the end time and the exit code to job.txt, finalizes the status of a job that died
+# under the launcher (k3_record_unfinished), and returns COMMAND's exit code (call it as
+# `k3_run_recorded ... || rc=$?`).
 k3_run_recorded() {
   local artifacts=$1 root=$2 k3eval=$3 header=$4
   shift 4
@@ -27,12 +29,55 @@ k3_run_recorded() {
   } >"$artifacts/job.txt"
   local rc
   set +e
-  "$@" | tee "$artifacts/stdout.log"
+  # stderr is shown and kept too: when a rank dies under the launcher, only the launcher's
+  # message says which rank and which signal.
+  local stderr_tee
+  exec 4> >(tee "$artifacts/stderr.log" >&2)
+  stderr_tee=$!
+  "$@" 2>&4 | tee "$artifacts/stdout.log"
   rc=${PIPESTATUS[0]}
+  exec 4>&-
+  wait "$stderr_tee"  # stderr.log is complete
   set -e
   {
     echo "end: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "exit_code: $rc"
   } >>"$artifacts/job.txt"
+  k3_record_unfinished "$artifacts" "$rc"
   return "$rc"
+}
+
+# k3_launcher_reason STDERR_FILE RC: why the launcher ended the job, from its own message
+# (mpirun: "process rank 3 with PID ... exited on signal 9 (Killed)"; srun: "task 3: Killed"),
+# else the exit code.
+k3_launcher_reason() {
+  local file=$1 rc=$2 line
+  line=$(grep -m1 -oE 'process rank [0-9]+ with PID [0-9]+ on node [^ ]+ exited on signal [0-9]+( \([^)]*\))?' "$file" 2>/dev/null || true)
+  if [[ -n $line ]]; then
+    sed -E 's/process rank ([0-9]+) with PID ([0-9]+) on node ([^ ]+) exited on signal ([0-9]+)(.*)/rank \1 on \3 exited on signal \4\5 (mpirun)/' <<<"$line"
+    return
+  fi
+  line=$(grep -m1 -oE 'task [0-9]+: (Killed|Terminated|Segmentation fault|Aborted|Bus error|Out Of Memory|Exited with exit code [0-9]+)' "$file" 2>/dev/null || true)
+  if [[ -n $line ]]; then
+    sed -E 's/task ([0-9]+): (.*)/rank \1: \2 (srun)/' <<<"$line"
+    return
+  fi
+  line=$(grep -m1 -oE 'process rank [0-9]+ with PID [0-9]+ on node [^ ]+ exited (on signal|with status) [0-9]+' "$file" 2>/dev/null || true)
+  [[ -n $line ]] && { echo "$line (mpirun)"; return; }
+  echo "the launcher ended with exit code $rc and k3eval recorded no reason"
+}
+
+# k3_record_unfinished ARTIFACTS RC: a job that died under the launcher leaves status "running"
+# (k3eval records the failures it sees itself); the wrapper finalizes it as "failed" with the
+# launcher's reason, and writes a summary.json saying what finished.
+k3_record_unfinished() {
+  local artifacts=$1 rc=$2 reason finished=0
+  [[ -f $artifacts/status && $(head -n1 "$artifacts/status") == running ]] || return 0
+  reason=$(k3_launcher_reason "$artifacts/stderr.log" "$rc")
+  [[ -f $artifacts/questions.jsonl ]] && finished=$(grep -c '}$' "$artifacts/questions.jsonl" || true)
+  printf 'failed\n%s\n' "$reason" >"$artifacts/status.tmp" && mv "$artifacts/status.tmp" "$artifacts/status"
+  local escaped
+  escaped=$(sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' <<<"$reason")
+  printf '{\n  "status": "failed",\n  "reason": "%s",\n  "exit_code": %d,\n  "finished_questions": %d,\n  "recorded_by": "launcher wrapper"\n}\n' \
+    "$escaped" "$rc" "$finished" >"$artifacts/summary.json.tmp" && mv "$artifacts/summary.json.tmp" "$artifacts/summary.json"
 }

@@ -31,6 +31,7 @@ facts() {
   sed -E 's/^\{"id":([0-9]+),.*"prediction":"([^"]*)".*"token_ids":(\[[^]]*\]).*$/\1 \2 \3/' "$1" | sort -n
 }
 
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 layout8=(--tp 8 --dp 2 --ep 8 --enable-dp-attention --enable-dp-lm-head)
 layout64=(--tp 64 --dp 4 --ep 64 --enable-dp-attention --enable-dp-lm-head
           --enable-shared-experts-attn-tp --enable-dense-mlp-attn-tp --ranks-per-node 16)
@@ -101,6 +102,55 @@ case $case_name in
     [[ $(wc -l <"$work/fc") -eq 8 ]] || fail "resumed file has $(wc -l <"$work/fc") questions: $(cat "$work/fc")"
     cmp -s "$work/fw" "$work/fc" || fail "resumed results differ: $(diff "$work/fw" "$work/fc")"
     expect_out '^Status: ok$'
+    # Latency and throughput are this part's, and say so; the history marks the resumed run.
+    expect_out '^Resumed: 3 of 8 questions were finished before this part; Latency and Output throughput cover this part.s 5 questions'
+    grep -q '"finished_before": 3' "$work/cut/summary.json" || fail "summary.json lacks the resume block"
+    ;;
+  faults_8)
+    # A rank killed by a signal mid-run, under the mpirun wrapper: the job ends at once, its
+    # status says failed with the rank and the signal, and every rank's log kept its lines.
+    printf 'tp = 8\ndp = 2\nep = 8\nenable-dp-attention = true\nnum-questions = 4\nmax-new-tokens = 4\n' >"$work/job.ini"
+    start=$(date +%s)
+    K3EVAL=$k3eval K3_ARTIFACTS_DIR="$work/killed" timeout 120 "$repo/jobs/k3eval-mpirun.sh" --small-host -n 8 \
+      "$work/job.ini" "${common[@]}" --debug-kill-rank 3 >"$work/out" 2>"$work/err"
+    rc=$?
+    [[ $rc -ne 0 && $rc -ne 124 ]] || fail "killed rank: wrapper exit $rc"
+    [[ $(( $(date +%s) - start )) -le 90 ]] || fail "the job outlived its killed rank by minutes"
+    [[ $(head -n1 "$work/killed/status") == failed ]] || fail "status: $(cat "$work/killed/status")"
+    grep -qE '^rank 3 .*signal 9' "$work/killed/status" || fail "status names no rank and signal: $(cat "$work/killed/status")"
+    grep -q '"status": "failed"' "$work/killed/summary.json" || fail "summary.json: $(cat "$work/killed/summary.json")"
+    for r in 0 3 7; do
+      [[ -s $work/killed/logs/rank-0000$r.log ]] || fail "logs/rank-0000$r.log is empty"
+    done
+    grep -q 'injected SIGKILL' "$work/killed/logs/rank-00003.log" || fail "rank 3's last line was lost"
+    # An error k3eval sees itself: rank 0 records it, with the rank and the message.
+    run 2 "${common[@]}" --num-questions 2 --max-new-tokens 4 --artifacts-dir "$work/failed" --debug-fail-rank -1
+    [[ $rc -eq 3 ]] || fail "injected failure: exit $rc"
+    [[ $(head -n1 "$work/failed/status") == failed ]] || fail "status: $(cat "$work/failed/status")"
+    grep -q '^rank 0: injected failure' "$work/failed/status" || fail "status: $(cat "$work/failed/status")"
+    grep -q '"finished_questions": 0' "$work/failed/summary.json" || fail "summary.json: $(cat "$work/failed/summary.json")"
+    # --resume refuses every changed option that defines the results, naming each.
+    run 1 "${common[@]}" --num-questions 2 --max-new-tokens 4 --artifacts-dir "$work/r"
+    expect_rc 0
+    [[ $(cat "$work/r/status") == ok ]] || fail "status after a clean run: $(cat "$work/r/status")"
+    run 1 "${common[@]}" --num-questions 2 --max-new-tokens 5 --num-shots 3 --temperature 0.5 \
+      --answer-extractor flexible --artifacts-dir "$work/r" --resume
+    expect_rc 2
+    expect_err "--max-new-tokens: 4 in the run being resumed, 5 now"
+    expect_err "--num-shots: 5 in the run being resumed, 3 now"
+    expect_err "--temperature: 0.0 in the run being resumed, 0.5 now"
+    expect_err '--answer-extractor: "sglang" in the run being resumed, "flexible" now'
+    run 1 "${common[@]}" --num-questions 2 --max-new-tokens 4 --artifacts-dir "$work/r" --resume
+    expect_rc 0
+    # Two jobs never write one directory: a held lock refuses the second, naming the holder.
+    flock -n "$work/r/.lock" -c 'sleep 30' &
+    holder=$!
+    sleep 1
+    run 1 "${common[@]}" --num-questions 2 --max-new-tokens 4 --artifacts-dir "$work/r"
+    expect_rc 2
+    expect_err "is in use by another job"
+    kill "$holder" 2>/dev/null
+    wait "$holder" 2>/dev/null
     ;;
   baseline_1)
     args=("${common[@]}" --num-questions 2 --max-new-tokens 4)
