@@ -57,17 +57,19 @@ std::string errno_text() { return std::strerror(errno); }
 }  // namespace
 
 nlohmann::ordered_json to_json(const QuestionResult& r) {
-  return nlohmann::ordered_json{{"id", r.id},
-                                {"dp_group", r.dp_group},
-                                {"prompt_tokens", r.prompt_tokens},
-                                {"output_text", r.output_text},
-                                {"prediction", r.prediction},
-                                {"label", r.label},
-                                {"correct", r.correct},
-                                {"invalid", r.invalid},
-                                {"completion_tokens", r.completion_tokens},
-                                {"latency_s", r.latency_s},
-                                {"token_ids", r.token_ids}};
+  nlohmann::ordered_json j{{"id", r.id},
+                           {"dp_group", r.dp_group},
+                           {"prompt_tokens", r.prompt_tokens},
+                           {"output_text", r.output_text},
+                           {"prediction", r.prediction},
+                           {"label", r.label},
+                           {"correct", r.correct},
+                           {"invalid", r.invalid},
+                           {"completion_tokens", r.completion_tokens}};
+  if (!r.finish_reason.empty()) j["finish_reason"] = r.finish_reason;  // unknown: no field
+  j["latency_s"] = r.latency_s;
+  j["token_ids"] = r.token_ids;
+  return j;
 }
 
 QuestionResult result_from_json(const json& j, const std::string& where) {
@@ -104,6 +106,22 @@ QuestionResult result_from_json(const json& j, const std::string& where) {
                        ", expected a token id (0 .. 2^31-1)");
     }
     r.token_ids.push_back(t.get<std::int32_t>());
+  }
+  if (j.contains("finish_reason")) {
+    r.finish_reason = string_field(j, "finish_reason", where);
+    const bool stop_token = r.finish_reason == "stop_token";
+    if (!stop_token && r.finish_reason != "length" && r.finish_reason != "stop_string") {
+      throw InputError(where + ": \"finish_reason\" is \"" + r.finish_reason +
+                       "\", expected length, stop_token or stop_string");
+    }
+    const std::size_t expected = r.token_ids.size() + (stop_token ? 1 : 0);
+    if (r.completion_tokens != expected) {
+      throw InputError(where + ": \"completion_tokens\" is " +
+                       std::to_string(r.completion_tokens) + ", but " +
+                       std::to_string(r.token_ids.size()) + " token_ids" +
+                       (stop_token ? " and a stop token" : "") + " make " +
+                       std::to_string(expected));
+    }
   }
   return r;
 }

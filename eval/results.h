@@ -5,7 +5,12 @@
 // A line looks like (one line in the file):
 //   {"id":3,"dp_group":1,"prompt_tokens":812,"output_text":" He sprints ...\n#### 540\n\n",
 //    "prediction":"540","label":"540","correct":true,"invalid":false,"completion_tokens":41,
-//    "latency_s":2.5,"token_ids":[1734,...]}
+//    "finish_reason":"stop_token","latency_s":2.5,"token_ids":[1734,...]}
+//
+// completion_tokens counts as SGLang does: every generated token, a final stop token (EOS)
+// included. token_ids lists the completion's tokens without that stop token, so
+// completion_tokens = len(token_ids) + 1 when finish_reason is "stop_token", and len(token_ids)
+// when it is "length" (max new tokens) or "stop_string" (a stop string ended the text).
 #pragma once
 
 #include <cstddef>
@@ -29,6 +34,9 @@ struct QuestionResult {
   bool correct = false;     // prediction == label
   bool invalid = false;     // prediction == kInvalidAnswer
   std::size_t completion_tokens = 0;
+  // "length", "stop_token" or "stop_string" (model::engine::finish_name); "" in files written
+  // before the field existed.
+  std::string finish_reason;
   double latency_s = 0;                 // from admission to the last token
   std::vector<std::int32_t> token_ids;  // the completion's tokens (greedy: reproducible)
 
@@ -38,7 +46,9 @@ struct QuestionResult {
 // Fields in the order of the struct. Text that is not valid UTF-8 is written with U+FFFD in
 // place of the bad bytes (JSON cannot carry them); token_ids keep the exact completion.
 nlohmann::ordered_json to_json(const QuestionResult& result);
-// Strict: every field present with its type; InputError "<where>: ..." naming the field.
+// Strict: every field present with its type (finish_reason may be absent), and the counts agree
+// (completion_tokens against token_ids and finish_reason); InputError "<where>: ..." naming the
+// field.
 QuestionResult result_from_json(const nlohmann::json& j, const std::string& where);
 
 // What read_results() found in a results file.

@@ -226,6 +226,7 @@ EvalOutcome run_gsm8k(model::engine::Engine& engine, const dist::Groups& groups,
         q.output_text = std::string(truncate_at_stop(d.text, stops));
         q.label = p.label;
         q.completion_tokens = c.completion_tokens;
+        q.finish_reason = finish_name(c.finish);
         q.latency_s = c.finished_s - c.admitted_s;
         q.token_ids = c.tokens;
         grade(q, options.extractor);

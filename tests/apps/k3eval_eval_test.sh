@@ -49,6 +49,16 @@ case $case_name in
     [[ $(wc -l <"$work/a/questions.jsonl") -eq 3 ]] || fail "questions.jsonl: $(cat "$work/a/questions.jsonl")"
     [[ $(cat "$work/a/status") == ok ]] || fail "status file: $(cat "$work/a/status")"
     grep -q '"accuracy"' "$work/a/summary.json" || fail "summary.json: $(cat "$work/a/summary.json")"
+    # Counts that add up: completion_tokens is token_ids plus a final stop token, which
+    # finish_reason names (and k3eval score re-reads every line with that check).
+    python3 - "$work/a/questions.jsonl" <<'PY' || fail "completion_tokens and token_ids disagree"
+import json, sys
+for line in open(sys.argv[1]):
+    q = json.loads(line)
+    extra = 1 if q["finish_reason"] == "stop_token" else 0
+    assert q["finish_reason"] in ("length", "stop_token", "stop_string"), q["finish_reason"]
+    assert q["completion_tokens"] == len(q["token_ids"]) + extra, q
+PY
     grep -qF -- "--num-questions 3" "$work/a/command.txt" || fail "command.txt"
     [[ -s $work/a/logs/rank-00000.log ]] || fail "no rank log"
     h5dump -H "$work/a/history.h5" >"$work/h5" 2>&1 || fail "h5dump failed: $(head "$work/h5")"

@@ -50,6 +50,30 @@ TEST(Results, WriteThenReadBack) {
   EXPECT_EQ(read.valid_size, text.size());
 }
 
+TEST(Results, CompletionTokensAgreeWithTokenIdsAndFinishReason) {
+  QuestionResult r = make(1);  // 4 token ids
+  r.finish_reason = "stop_token";
+  r.completion_tokens = 5;  // the stop token counts, as in SGLang, but is not listed
+  EXPECT_EQ(result_from_json(nlohmann::json::parse(to_json(r).dump()), "q:1"), r);
+  r.finish_reason = "length";
+  r.completion_tokens = 4;
+  EXPECT_EQ(result_from_json(nlohmann::json::parse(to_json(r).dump()), "q:1"), r);
+  r.completion_tokens = 5;
+  EXPECT_EQ(test::error_of([&] {
+              result_from_json(nlohmann::json::parse(to_json(r).dump()), "q:1");
+            }),
+            "q:1: \"completion_tokens\" is 5, but 4 token_ids make 4");
+  r.finish_reason = "eos";
+  EXPECT_EQ(test::error_of([&] {
+              result_from_json(nlohmann::json::parse(to_json(r).dump()), "q:1");
+            }),
+            "q:1: \"finish_reason\" is \"eos\", expected length, stop_token or stop_string");
+  // A line written before the field existed: no check, read as "".
+  nlohmann::json old = nlohmann::json::parse(to_json(make(2)).dump());
+  old.erase("finish_reason");
+  EXPECT_EQ(result_from_json(old, "q:2"), make(2));
+}
+
 TEST(Results, MissingFileMeansNothingDoneYet) {
   const ResultsFile read = read_results(test::scratch_dir() / "none.jsonl");
   EXPECT_TRUE(read.results.empty());
