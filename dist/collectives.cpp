@@ -50,7 +50,7 @@ void bcast(const Comm& comm, std::string& text, int root) {
 }
 
 std::string scatter_parts(const Comm& comm, std::span<const std::string> parts, int root) {
-  require_main_thread("scatter_parts");
+  const WaitScope wait("scatter_parts");
   std::vector<int> counts;
   if (comm.rank() == root) {
     if (static_cast<int>(parts.size()) != comm.size()) {
@@ -85,7 +85,7 @@ std::string scatter_parts(const Comm& comm, std::span<const std::string> parts, 
 }
 
 void barrier(const Comm& comm) {
-  require_main_thread("barrier");
+  const WaitScope wait("barrier");
   check_mpi(MPI_Barrier(comm.handle()), "MPI_Barrier");
 }
 
@@ -94,7 +94,7 @@ void barrier(const Comm& comm) {
 namespace k3::dist {
 
 void allreduce_maxloc(const Comm& comm, std::span<float> values, std::span<std::int32_t> ids) {
-  require_main_thread("allreduce_maxloc");
+  const WaitScope wait("allreduce_maxloc");
   if (values.size() != ids.size()) {
     throw InternalError("allreduce_maxloc: " + std::to_string(values.size()) + " values and " +
                         std::to_string(ids.size()) + " ids");

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dist/comm.h"
+#include "dist/watchdog.h"
 #include "common/error.h"
 
 namespace k3::dist {
@@ -55,7 +56,7 @@ std::vector<int> displacements(std::span<const int> counts, const char* what);
 // In place over `data` on every member.
 template <class T>
 void allreduce(const Comm& comm, std::span<T> data, ReduceOp op) {
-  require_main_thread("allreduce");
+  const WaitScope wait("allreduce");
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, data.data(), checked_count(data.size(), "allreduce"),
                           mpi_type<T>(), mpi_op(op), comm.handle()),
             "MPI_Allreduce");
@@ -75,7 +76,7 @@ void allreduce_maxloc(const Comm& comm, std::span<float> values, std::span<std::
 // One value from every member, in rank order.
 template <class T>
 std::vector<T> allgather(const Comm& comm, const T& value) {
-  require_main_thread("allgather");
+  const WaitScope wait("allgather");
   std::vector<T> out(comm.size());
   check_mpi(MPI_Allgather(&value, 1, mpi_type<T>(), out.data(), 1, mpi_type<T>(), comm.handle()),
             "MPI_Allgather");
@@ -121,7 +122,7 @@ Gathered<T> allgatherv(const Comm& comm, std::span<const T> mine, std::vector<in
 // Variable-length contributions to `root`; other members get an empty result.
 template <class T>
 Gathered<T> gatherv(const Comm& comm, std::span<const T> mine, int root) {
-  require_main_thread("gatherv");
+  const WaitScope wait("gatherv");
   const int count = checked_count(mine.size(), "gatherv");
   Gathered<T> out;
   if (comm.rank() == root) out.counts.resize(comm.size());
@@ -166,7 +167,7 @@ Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const
                       std::vector<int> recv_counts);
 template <class T>
 Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const int> send_counts) {
-  require_main_thread("alltoallv");
+  const WaitScope wait("alltoallv");
   alltoallv_send_displs(comm, send.size(), send_counts);  // argument errors before any call
   std::vector<int> recv_counts(comm.size());
   check_mpi(
@@ -180,7 +181,7 @@ Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const
 template <class T>
 Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const int> send_counts,
                       std::vector<int> recv_counts) {
-  require_main_thread("alltoallv");
+  const WaitScope wait("alltoallv");
   const std::vector<int> send_displs = alltoallv_send_displs(comm, send.size(), send_counts);
   if (static_cast<int>(recv_counts.size()) != comm.size()) {
     throw InternalError("alltoallv: " + std::to_string(recv_counts.size()) +
@@ -199,7 +200,7 @@ Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const
 
 template <class T>
 void bcast(const Comm& comm, std::span<T> data, int root) {
-  require_main_thread("bcast");
+  const WaitScope wait("bcast");
   check_mpi(MPI_Bcast(data.data(), checked_count(data.size(), "bcast"), mpi_type<T>(), root,
                       comm.handle()),
             "MPI_Bcast");

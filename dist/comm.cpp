@@ -19,7 +19,7 @@ void check_mpi(int rc, const char* what) {
 void require_main_thread(const char* what) {
   if (std::this_thread::get_id() != Runtime::main_thread_id()) {
     throw InternalError(std::string(what) +
-                        " called off the main thread; MPI runs MPI_THREAD_FUNNELED");
+                        " called off the main thread; the job's MPI calls are funneled through it");
   }
 }
 

@@ -5,9 +5,10 @@
 
 namespace k3::dist {
 
-// MPI is initialised with MPI_THREAD_FUNNELED: only the thread that initialised it may call it.
-// Every wrapper checks this, so a collective issued from a oneTBB task is an InternalError
-// rather than undefined behaviour.
+// The job's MPI calls are FUNNELED: only the thread that initialised MPI makes them (MPI itself
+// runs MPI_THREAD_MULTIPLE so that the watchdog thread, dist/watchdog.h, can talk on its own
+// communicator). Every wrapper checks this, so a collective issued from a oneTBB task is an
+// InternalError rather than a race.
 void require_main_thread(const char* what);
 
 class Comm {

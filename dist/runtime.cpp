@@ -12,6 +12,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "dist/watchdog.h"
+
 #include "dist/logging.h"
 
 namespace k3::dist {
@@ -44,10 +46,13 @@ bool first_on_host(const std::string& token) {
 std::thread::id Runtime::main_thread_id() { return g_main_thread; }
 
 Runtime::Runtime(int& argc, char**& argv) {
+  // The main thread makes every MPI call of the job (FUNNELED discipline, dist/comm.h); the
+  // watchdog thread (dist/watchdog.h) makes its own on its own communicator, hence MULTIPLE.
   int provided = 0;
-  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
     throw InternalError("MPI_Init_thread failed");
   }
+  thread_multiple_ = provided >= MPI_THREAD_MULTIPLE;
   g_main_thread = std::this_thread::get_id();
   // Errors surface as return codes, which check_mpi turns into exceptions with context.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -113,7 +118,7 @@ void Runtime::collectively(const std::function<void()>& fn) {
     message = std::string("unexpected error: ") + e.what();
     code = static_cast<int>(ExitCode::kInternal);
   }
-  require_main_thread("Runtime::collectively");
+  const WaitScope wait("the end of a stage (Runtime::collectively)");
   int mine = code != 0 ? rank() : world_size();
   int first = world_size();
   // The ranks that finish early sleep rather than spin while the others work: a stage such as

@@ -75,8 +75,11 @@ class Runtime {
   [[noreturn]] void fatal(const std::string& message, ExitCode code);
 
   static std::thread::id main_thread_id();
+  // Whether the MPI library gave MPI_THREAD_MULTIPLE (the watchdog needs it).
+  bool thread_multiple() const { return thread_multiple_; }
 
  private:
+  bool thread_multiple_ = false;
   Comm world_;
   LaunchEnv env_;
   std::string job_token_;  // unique per job, the same on every rank

@@ -18,6 +18,7 @@
 #include "common/json.h"
 #include "dist/collectives.h"
 #include "dist/logging.h"
+#include "dist/watchdog.h"
 #include "eval/baseline.h"
 #include "eval/dataset.h"
 #include "eval/log_scan.h"
@@ -259,6 +260,7 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
     eval::write_file_atomically(artifacts / "config.json", config.dump(2) + "\n");
   }
 
+  dist::set_step("pre-flight and loading");
   LoadedModel model = load_model(runtime, groups, o);
   std::optional<model::Tokenizer> tokenizer;
   eval::TokenizedPrompts tokens;
@@ -275,11 +277,16 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
                o.num_shots, tokens.prefix.size(),
                groups.layout().group_count(dist::GroupKind::kAttnTp));
 
+  dist::set_step("warm-up");
   const std::string smoke = eval::warm_up(*engine, groups, *tokenizer, tokens, ro);
   spdlog::info("warm-up and smoke request done; smoke completion: {:?}", smoke);
   if (o.debug_kill_rank && *o.debug_kill_rank == runtime.rank()) {
     spdlog::warn("injected SIGKILL (--debug-kill-rank {})", *o.debug_kill_rank);
     std::raise(SIGKILL);
+  }
+  if (o.debug_stop_rank && *o.debug_stop_rank == runtime.rank()) {
+    spdlog::warn("injected SIGSTOP (--debug-stop-rank {})", *o.debug_stop_rank);
+    std::raise(SIGSTOP);
   }
 
   std::optional<eval::ResultsWriter> writer;
@@ -312,6 +319,7 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
       outcome.stats.steps, tokens_done[0], tokens_done[1], tokens_done[3], tokens_done[2],
       groups.layout().dp());
 
+  dist::set_step("reporting");
   // Every rank's log is complete before rank 0 scans them.
   dist::flush_logs();
   dist::barrier(groups.world());

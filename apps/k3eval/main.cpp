@@ -18,6 +18,7 @@
 #include "dist/logging.h"
 #include "dist/runtime.h"
 #include "dist/threads.h"
+#include "dist/watchdog.h"
 #include "eval/report.h"
 
 namespace {
@@ -49,6 +50,16 @@ int run_k3eval(dist::Runtime& runtime, int argc, char** argv) {
     dist::add_rank_log_file(artifacts, runtime.rank());
     if (root) eval::write_status(artifacts / "status", eval::RunStatus::kRunning);
   });
+  std::optional<dist::Watchdog> watchdog;
+  if (options.collective_timeout > 0) {
+    if (runtime.thread_multiple()) {
+      watchdog.emplace(runtime.world(), options.collective_timeout);
+    } else if (root) {
+      spdlog::warn("the MPI library gives no MPI_THREAD_MULTIPLE: no watchdog, so a hung rank "
+                   "would hang the job (--collective-timeout {:g} ignored)",
+                   options.collective_timeout);
+    }
+  }
   // What the artifacts directory says when the job ends on an error k3eval sees (a killed rank
   // is recorded by the launcher wrappers, jobs/lib/record.sh): status failed, with the rank and
   // its message, and a summary.json of what finished.

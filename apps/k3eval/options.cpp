@@ -45,6 +45,9 @@ po::options_description describe(K3evalOptions& o) {
        "error, or failed with the rank and reason), history.h5 (unless --history)")
       ("log-level", po::value(&o.log_level)->value_name("LEVEL"),
        "console level on rank 0: trace, debug, info, warn, error, critical, off (default info)")
+      ("collective-timeout", po::value(&o.collective_timeout)->value_name("S"),
+       "end the job when a rank has waited S seconds in one collective (a hung or stopped "
+       "rank), naming the ranks that did not arrive (default 600; 0: no watchdog)")
       ("threads", po::value<int>()->value_name("N"),
        "oneTBB threads per rank (default: SLURM_CPUS_PER_TASK under Slurm, else 1)");
   // clang-format on
@@ -125,7 +128,10 @@ po::options_description describe(K3evalOptions& o) {
        "crash would (tests of --resume)")
       ("debug-kill-rank", po::value<int>()->value_name("R"),
        "rank R sends itself SIGKILL once the model is loaded and warmed up, as an out-of-memory "
-       "kill would (tests of the failure record)");
+       "kill would (tests of the failure record)")
+      ("debug-stop-rank", po::value<int>()->value_name("R"),
+       "rank R sends itself SIGSTOP once the model is loaded and warmed up, as a hung node "
+       "would (tests of --collective-timeout)");
   // clang-format on
 
   po::options_description all(
@@ -156,6 +162,8 @@ void validate(const K3evalOptions& o) {
   at_least(o.input_len, 0, "input-len");
   at_least(o.output_len, 0, "output-len");
   if (!(o.temperature >= 0)) throw UsageError("--temperature must be 0 or more");
+  if (!(o.collective_timeout >= 0))
+    throw UsageError("--collective-timeout must be 0 (no watchdog) or a number of seconds");
   if (o.mode != "eval" && o.mode != "throughput") {
     throw UsageError("--mode '" + o.mode + "' is not one of eval, throughput");
   }
@@ -229,6 +237,7 @@ K3evalOptions parse_k3eval_options(int argc, const char* const* argv) {
   if (vm.count("debug-fail-rank")) o.debug_fail_rank = vm["debug-fail-rank"].as<int>();
   if (vm.count("debug-log-error")) o.debug_log_error = vm["debug-log-error"].as<int>();
   if (vm.count("debug-kill-rank")) o.debug_kill_rank = vm["debug-kill-rank"].as<int>();
+  if (vm.count("debug-stop-rank")) o.debug_stop_rank = vm["debug-stop-rank"].as<int>();
   validate(o);
   return o;
 }

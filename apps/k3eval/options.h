@@ -66,6 +66,8 @@ struct K3evalOptions {
   std::optional<int> debug_log_error;  // log one error line on rank R and go on (log-scan tests)
   int debug_abort_after = 0;  // abort the job after N questions were written (resume tests)
   std::optional<int> debug_kill_rank;  // SIGKILL rank R once warmed up (failure-record tests)
+  std::optional<int> debug_stop_rank;  // SIGSTOP rank R once warmed up (watchdog tests)
+  double collective_timeout = 600;     // s a rank may wait in one collective; 0: no watchdog
   bool help = false;
   bool version = false;
   std::string command_line;  // as launched, for logs and artifacts

@@ -1,5 +1,9 @@
 #include "model/engine/generator.h"
 
+#include <fmt/format.h>
+
+#include "dist/watchdog.h"
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -176,6 +180,7 @@ GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& 
     for (Sequence& s : prefills) add_prefill(s);
     for (Sequence& s : running) add_prefill(s);
 
+    dist::set_step(fmt::format("generation step {}", stats.steps + 1));  // for the watchdog
     const bool work = !batch.empty() || next_request < requests.size() || !running.empty();
     // One allreduce per step: who has work, broken logits, and the progress counters. Only the
     // first rank of each attention-TP group counts progress, so each group counts once.

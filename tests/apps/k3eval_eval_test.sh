@@ -133,6 +133,16 @@ PY
       [[ -s $work/killed/logs/rank-0000$r.log ]] || fail "logs/rank-0000$r.log is empty"
     done
     grep -q 'injected SIGKILL' "$work/killed/logs/rank-00003.log" || fail "rank 3's last line was lost"
+    # A stopped rank (a hung node): the watchdog ends the job, naming it, and no rank outlives it.
+    start=$(date +%s)
+    run 8 "${common[@]}" "${layout8[@]}" --num-questions 4 --max-new-tokens 4 --collective-timeout 5 \
+      --debug-stop-rank 3 --artifacts-dir "$work/stopped"
+    elapsed=$(( $(date +%s) - start ))
+    [[ $rc -ne 0 && $rc -ne 124 ]] || fail "stopped rank: exit $rc"
+    [[ $elapsed -le 40 ]] || fail "stopped rank: the job took $elapsed s with --collective-timeout 5"
+    expect_err "collective timeout: rank"
+    expect_err "did not arrive: rank 3 (silent for"
+    pgrep -f -- "--debug-stop-rank 3" >/dev/null && fail "a rank of the stopped job is still alive"
     # An error k3eval sees itself: rank 0 records it, with the rank and the message.
     run 2 "${common[@]}" --num-questions 2 --max-new-tokens 4 --artifacts-dir "$work/failed" --debug-fail-rank -1
     [[ $rc -eq 3 ]] || fail "injected failure: exit $rc"
