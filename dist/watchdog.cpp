@@ -59,6 +59,20 @@ Beat my_beat() {
   return b;
 }
 
+// Receives every heartbeat waiting at rank 0, calling on_beat(source, beat) for each.
+template <class OnBeat>
+void drain_beats(const Comm& comm, OnBeat&& on_beat) {
+  for (;;) {
+    int pending = 0;
+    MPI_Status status;
+    MPI_Iprobe(MPI_ANY_SOURCE, kTag, comm.handle(), &pending, &status);
+    if (!pending) return;
+    Beat b;
+    MPI_Recv(&b, sizeof b, MPI_BYTE, status.MPI_SOURCE, kTag, comm.handle(), MPI_STATUS_IGNORE);
+    on_beat(status.MPI_SOURCE, b);
+  }
+}
+
 }  // namespace
 
 WaitScope::WaitScope(const char* what) {
@@ -97,16 +111,7 @@ Watchdog::~Watchdog() {
   thread_.join();
   // Heartbeats that reached rank 0 after its last drain are received, so that the communicator
   // is freed (collectively, by the Comm) with nothing waiting in it.
-  if (comm_.rank() == 0) {
-    for (;;) {
-      int pending = 0;
-      MPI_Status status;
-      MPI_Iprobe(MPI_ANY_SOURCE, kTag, comm_.handle(), &pending, &status);
-      if (!pending) break;
-      Beat b;
-      MPI_Recv(&b, sizeof b, MPI_BYTE, status.MPI_SOURCE, kTag, comm_.handle(), MPI_STATUS_IGNORE);
-    }
-  }
+  if (comm_.rank() == 0) drain_beats(comm_, [](int, const Beat&) {});
 }
 
 void Watchdog::run() {
@@ -151,16 +156,10 @@ void Watchdog::run() {
       continue;
     }
     // Rank 0: drain every heartbeat, then judge.
-    for (;;) {
-      int pending = 0;
-      MPI_Status status;
-      MPI_Iprobe(MPI_ANY_SOURCE, kTag, comm_.handle(), &pending, &status);
-      if (!pending) break;
-      Beat b;
-      MPI_Recv(&b, sizeof b, MPI_BYTE, status.MPI_SOURCE, kTag, comm_.handle(), MPI_STATUS_IGNORE);
-      beats[static_cast<std::size_t>(status.MPI_SOURCE)] = b;
-      heard[static_cast<std::size_t>(status.MPI_SOURCE)] = Clock::now();
-    }
+    drain_beats(comm_, [&](int source, const Beat& b) {
+      beats[static_cast<std::size_t>(source)] = b;
+      heard[static_cast<std::size_t>(source)] = Clock::now();
+    });
     beats[0] = mine;
     heard[0] = Clock::now();
     int longest = -1;

@@ -57,9 +57,6 @@ std::string read_status_word(const std::filesystem::path& path) {
 
 void write_failure(const std::filesystem::path& artifacts_dir, int exit_code,
                    const std::string& reason, const json& config) {
-  // The first line of a long message is the status file's detail; summary.json keeps it all.
-  const std::string first_line = reason.substr(0, reason.find('\n'));
-  write_status(artifacts_dir / "status", RunStatus::kFailed, first_line);
   std::size_t finished = 0;
   const auto questions = artifacts_dir / "questions.jsonl";
   if (std::filesystem::exists(questions)) {
@@ -74,6 +71,10 @@ void write_failure(const std::filesystem::path& artifacts_dir, int exit_code,
                   {"finished_questions", finished},
                   {"config", config}};
   write_summary(artifacts_dir / "summary.json", summary);
+  // The status last: another rank's abort may end this process at any moment, and a status
+  // still "running" lets the launcher wrapper record the failure instead.
+  // The first line of a long message is the status file's detail; summary.json keeps it all.
+  write_status(artifacts_dir / "status", RunStatus::kFailed, reason.substr(0, reason.find('\n')));
 }
 
 ArtifactsLock::ArtifactsLock(const std::filesystem::path& dir) {

@@ -143,11 +143,19 @@ PY
     expect_err "collective timeout: rank"
     expect_err "did not arrive: rank 3 (silent for"
     pgrep -f -- "--debug-stop-rank 3" >/dev/null && fail "a rank of the stopped job is still alive"
-    # An error k3eval sees itself: rank 0 records it, with the rank and the message.
-    run 2 "${common[@]}" --num-questions 2 --max-new-tokens 4 --artifacts-dir "$work/failed" --debug-fail-rank -1
+    # An error k3eval sees itself: rank 0 records it, with the rank and the message. (Rank 0
+    # alone: when every rank fails outside a collective, another rank's abort may end rank 0
+    # before it has written, and then only a launcher wrapper can record the failure.)
+    run 2 "${common[@]}" --num-questions 2 --max-new-tokens 4 --artifacts-dir "$work/failed" --debug-fail-rank 0
     [[ $rc -eq 3 ]] || fail "injected failure: exit $rc"
     [[ $(head -n1 "$work/failed/status") == failed ]] || fail "status: $(cat "$work/failed/status")"
     grep -q '^rank 0: injected failure' "$work/failed/status" || fail "status: $(cat "$work/failed/status")"
+    # A failure every rank reports through a collective: rank 0 records the reporting rank's.
+    run 2 "${common[@]}" --num-questions 2 --max-new-tokens 4 --artifacts-dir "$work/bad-shots" --num-shots 100000
+    expect_rc 2
+    [[ $(head -n1 "$work/bad-shots/status") == failed ]] || fail "status: $(cat "$work/bad-shots/status")"
+    grep -q '^rank 0: ' "$work/bad-shots/status" || fail "status names no rank: $(cat "$work/bad-shots/status")"
+    grep -q '"exit_code": 2' "$work/bad-shots/summary.json" || fail "summary.json: $(cat "$work/bad-shots/summary.json")"
     grep -q '"finished_questions": 0' "$work/failed/summary.json" || fail "summary.json: $(cat "$work/failed/summary.json")"
     # --resume refuses every changed option that defines the results, naming each.
     run 1 "${common[@]}" --num-questions 2 --max-new-tokens 4 --artifacts-dir "$work/r"
