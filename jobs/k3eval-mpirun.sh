@@ -19,7 +19,7 @@
 #   K3_ARTIFACTS_ROOT  parent of the per-run directory (default: ./artifacts)
 #   K3_ARTIFACTS_DIR   the per-run directory itself (default: $K3_ARTIFACTS_ROOT/<UTC time>-<pid>)
 #   K3_MPIRUN_ARGS     extra mpirun options, split on whitespace (e.g. "--mca btl self,vader")
-# The artifacts directory holds job.txt, config.ini, stdout.log and logs/rank-NNNNN.log, as for
+# The artifacts directory holds job.txt, config.ini, stdout.log, stderr.log and logs/rank-NNNNN.log, as for
 # a Slurm job. Exit code: k3eval's (0 ok, 1 regression verdict, 2 usage or input error, 3 internal).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
