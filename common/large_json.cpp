@@ -1,5 +1,7 @@
 #include "common/large_json.h"
 
+#include <cstring>
+
 namespace k3 {
 
 LargeJson::LargeJson(std::string_view text, const JsonSource& source, Padding padding) {

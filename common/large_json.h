@@ -5,7 +5,6 @@
 // common/json.h: any failure is one InputError naming the file.
 #pragma once
 
-#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>

@@ -20,12 +20,14 @@ using Clock = std::chrono::steady_clock;
 // What the main thread is doing, read by the watchdog thread.
 std::atomic<const char*> g_waiting_in{nullptr};  // the collective, null when not waiting
 std::atomic<std::int64_t> g_waiting_since{0};    // Clock ticks
-std::mutex g_step_mutex;
-std::string g_step = "start";
+std::mutex g_stage_mutex;
+std::string g_stage = "start";
+std::atomic<std::uint64_t> g_stage_step{0};  // 0: no step count in this stage
 
 std::string current_step() {
-  const std::lock_guard lock(g_step_mutex);
-  return g_step;
+  const std::uint64_t step = g_stage_step.load(std::memory_order_relaxed);
+  const std::lock_guard lock(g_stage_mutex);
+  return step ? fmt::format("{}, step {}", g_stage, step) : g_stage;
 }
 
 double seconds_since(std::int64_t ticks) {
@@ -86,10 +88,13 @@ WaitScope::~WaitScope() {
   if (outer_) g_waiting_in.store(nullptr);
 }
 
-void set_step(std::string step) {
-  const std::lock_guard lock(g_step_mutex);
-  g_step = std::move(step);
+void set_stage(std::string stage) {
+  const std::lock_guard lock(g_stage_mutex);
+  g_stage = std::move(stage);
+  g_stage_step.store(0, std::memory_order_relaxed);
 }
+
+void set_stage_step(std::uint64_t step) { g_stage_step.store(step, std::memory_order_relaxed); }
 
 Watchdog::Watchdog(const Comm& world, double timeout_s) : timeout_s_(timeout_s) {
   if (timeout_s <= 0) return;

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -38,9 +39,12 @@ class WaitScope {
   bool outer_ = false;
 };
 
-// The coarse stage the job is in ("loading", "generation step 12"), named in the watchdog's
-// message. Cheap enough to call once per engine step.
-void set_step(std::string step);
+// The stage the job is in ("pre-flight and loading", "generation"), named in the watchdog's
+// message; it resets the stage's step count.
+void set_stage(std::string stage);
+// The step within the stage (the generator's engine steps): one relaxed atomic store, so the
+// hot loop pays nothing; the watchdog thread formats "<stage>, step N" for its heartbeat.
+void set_stage_step(std::uint64_t step);
 
 class Watchdog {
  public:
@@ -49,8 +53,6 @@ class Watchdog {
   ~Watchdog();  // stops the thread (collective: every rank destroys its watchdog)
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
-
-  bool active() const { return thread_.joinable(); }
 
  private:
   void run();

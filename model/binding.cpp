@@ -264,12 +264,15 @@ class Binder {
   void bind_modelslim(Binding& b, const std::string& name, const std::vector<std::int64_t>& shape,
                       Representation& r, std::optional<int> expert) {
     const ModelSlimDescription& d = *ck_.modelslim();
-    const auto scheme_code = ck_.scheme_of(name);
-    if (!scheme_code) {
+    const auto found = ck_.scheme_of(name);
+    if (!found) {
       problem("quant_model_description.json has no scheme for '" + name + "'");
       return;
     }
-    const std::string scheme(scheme_name(*scheme_code));
+    const ModelSlimScheme code = *found;
+    const std::string scheme(scheme_name(code));  // for messages
+    const bool is_float_scheme = code == ModelSlimScheme::kFloat;
+    const bool is_int4 = code == ModelSlimScheme::kW4A8Dynamic;
     const std::string base = name.substr(0, name.size() - std::string(".weight").size());
     const std::int64_t N = shape[0], K = shape[1];
     std::vector<std::pair<StoredPart, bool>> wanted;  // part, and whether it must exist
@@ -286,9 +289,9 @@ class Binder {
       p.col_whole = whole;
       wanted.emplace_back(std::move(p), required);
     };
-    if (scheme == "FLOAT") {
+    if (is_float_scheme) {
       want("weight", name, DType::kBF16, {N, K}, 1, 1, false, true);
-    } else if (scheme == "W8A8" || scheme == "W8A8_DYNAMIC") {
+    } else if (!is_int4) {  // W8A8, W8A8_DYNAMIC
       want("weight", name, DType::kI8, {N, K}, 1, 1, false, true);
       want("scale", base + ".weight_scale", DType::kF32, {N, 1}, 1, 1, true, true);
       want("offset", base + ".weight_offset", DType::kF32, {N, 1}, 1, 1, true, false);
@@ -332,7 +335,7 @@ class Binder {
         continue;
       }
       const DType dt = t->entry.dtype;
-      const bool weight_int = p.role == "weight" && scheme != "FLOAT";
+      const bool weight_int = p.role == "weight" && !is_float_scheme;
       if (weight_int ? dt != DType::kI8 : !is_float(dt)) {
         problem("tensor '" + tensor + "' is " + std::string(dtype_name(dt)) +
                 ", but quant_model_description.json says " + scheme + " (expected " +
@@ -352,13 +355,13 @@ class Binder {
       }
       b.parts.push_back(p);
     }
-    if (scheme == "FLOAT") {
+    if (is_float_scheme) {
       if (!b.parts.empty()) dense(b, r, b.parts.front().dtype, name);
     } else {
-      r.type = scheme == "W4A8_DYNAMIC" ? quant::Type::kModelSlimInt4 : quant::Type::kModelSlimInt8;
+      r.type = is_int4 ? quant::Type::kModelSlimInt4 : quant::Type::kModelSlimInt8;
       r.text =
           "ModelSlim " + scheme +
-          (scheme == "W4A8_DYNAMIC" && d.group_size > 0 ? " group " + std::to_string(d.group_size)
+          (is_int4 && d.group_size > 0 ? " group " + std::to_string(d.group_size)
                                                         : std::string(""));
     }
   }

@@ -260,7 +260,7 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
     eval::write_file_atomically(artifacts / "config.json", config.dump(2) + "\n");
   }
 
-  dist::set_step("pre-flight and loading");
+  dist::set_stage("pre-flight and loading");
   LoadedModel model = load_model(runtime, groups, o);
   std::optional<model::Tokenizer> tokenizer;
   eval::TokenizedPrompts tokens;
@@ -277,7 +277,7 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
                o.num_shots, tokens.prefix.size(),
                groups.layout().group_count(dist::GroupKind::kAttnTp));
 
-  dist::set_step("warm-up");
+  dist::set_stage("warm-up");
   const std::string smoke = eval::warm_up(*engine, groups, *tokenizer, tokens, ro);
   spdlog::info("warm-up and smoke request done; smoke completion: {:?}", smoke);
   if (o.debug_kill_rank && *o.debug_kill_rank == runtime.rank()) {
@@ -304,6 +304,7 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
           ExitCode::kInternal);
     }
   };
+  dist::set_stage("GSM8K generation");
   const eval::EvalOutcome outcome =
       eval::run_gsm8k(*engine, groups, *tokenizer, prompts, tokens, done, ro, on_result);
   // Each DP group counts its own tokens, the same on all its ranks: the job's totals add one
@@ -319,7 +320,7 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
       outcome.stats.steps, tokens_done[0], tokens_done[1], tokens_done[3], tokens_done[2],
       groups.layout().dp());
 
-  dist::set_step("reporting");
+  dist::set_stage("reporting");
   // Every rank's log is complete before rank 0 scans them.
   dist::flush_logs();
   dist::barrier(groups.world());
@@ -463,6 +464,7 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
     }
     check.validate(all);
   });
+  dist::set_stage("throughput generation");
   const auto out = eval::run_throughput(*engine, groups, prompts, output_len, ro);
   if (runtime.rank() == 0) {
     std::uint64_t in = 0, gen = 0;

@@ -1,9 +1,5 @@
 #include "model/engine/generator.h"
 
-#include <fmt/format.h>
-
-#include "dist/watchdog.h"
-
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -11,6 +7,7 @@
 #include <optional>
 
 #include "dist/collectives.h"
+#include "dist/watchdog.h"
 #include "common/error.h"
 
 namespace k3::model::engine {
@@ -180,7 +177,7 @@ GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& 
     for (Sequence& s : prefills) add_prefill(s);
     for (Sequence& s : running) add_prefill(s);
 
-    dist::set_step(fmt::format("generation step {}", stats.steps + 1));  // for the watchdog
+    dist::set_stage_step(stats.steps + 1);  // for the watchdog
     const bool work = !batch.empty() || next_request < requests.size() || !running.empty();
     // One allreduce per step: who has work, broken logits, and the progress counters. Only the
     // first rank of each attention-TP group counts progress, so each group counts once.
