@@ -128,7 +128,13 @@ FormatKind detect_format(const fs::path& path) {
     gguf |= is_gguf(e.path());
     safetensors |= e.path().extension() == ".safetensors";
   }
-  if (fs::exists(path / "quant_model_description.json")) return FormatKind::kModelSlim;
+  const bool description = fs::exists(path / "quant_model_description.json");
+  if ((safetensors || description) && !fs::exists(path / "config.json")) {
+    throw InputError(path.string() + ": " +
+                     (safetensors ? ".safetensors shards" : "quant_model_description.json") +
+                     " but no config.json (the model's configuration)");
+  }
+  if (description) return FormatKind::kModelSlim;
   if (safetensors && fs::exists(path / "config.json")) {
     const std::string type = read_json_file(path / "config.json", [](const json& cfg) {
       return cfg.is_object() && cfg.contains("model_type") && cfg["model_type"].is_string()
@@ -237,7 +243,7 @@ std::vector<std::string> safetensors_files(const fs::path& dir, PackedNames& wei
   if (fs::exists(index)) {
     // Entries name a few hundred shards many thousand times: number the names first.
     std::unordered_map<std::string_view, std::size_t> shard_of_name;
-    std::vector<std::string_view> names;
+    std::vector<std::string_view> names, first_tensor;  // per shard: its name, its first entry
     PackedNames entries;
     const PaddedBuffer text = read_padded(index);
     const LargeJson doc(text.view(), {index.string()}, LargeJson::Padding::kInPlace);
@@ -253,8 +259,17 @@ std::vector<std::string> safetensors_files(const fs::path& dir, PackedNames& wei
           throw InputError(index.string() + ": weight_map['" + std::string(field.key) +
                            "'] is not a string");
         }
+        if (file.empty() || file.find('/') != std::string_view::npos || file == "." ||
+            file == "..") {
+          throw InputError(index.string() + ": weight_map['" + std::string(field.key) +
+                           "'] is '" + std::string(file) +
+                           "', expected the file name of a shard in " + dir.string());
+        }
         const auto [it, added] = shard_of_name.emplace(file, names.size());
-        if (added) names.push_back(file);
+        if (added) {
+          names.push_back(file);
+          first_tensor.push_back(field.key);
+        }
         entries.add(field.key, static_cast<std::uint32_t>(it->second));
       }
       // Shards in name order, as a directory listing would give them.
@@ -270,9 +285,12 @@ std::vector<std::string> safetensors_files(const fs::path& dir, PackedNames& wei
       for (std::size_t i = 0; i < entries.size(); ++i)
         entries.set_value(i, static_cast<std::uint32_t>(position[entries.value(i)]));
     });
-    for (const auto& f : files) {
-      if (!fs::exists(f))
-        throw InputError(index.string() + " lists shard " + f + ", which does not exist");
+    for (std::size_t n = 0; n < names.size(); ++n) {
+      const fs::path f = dir / names[n];
+      if (!fs::exists(f)) {
+        throw InputError(index.string() + " lists shard " + f.string() + " (for '" +
+                         std::string(first_tensor[n]) + "' and others), which does not exist");
+      }
     }
     weight_map = std::move(entries);
   } else {
@@ -280,9 +298,44 @@ std::vector<std::string> safetensors_files(const fs::path& dir, PackedNames& wei
       if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
     }
     std::sort(files.begin(), files.end());
+    // One file needs no index; several cannot be checked against each other without it.
+    if (files.size() > 1) {
+      throw InputError(dir.string() + ": " + std::to_string(files.size()) +
+                       " .safetensors shards but no model.safetensors.index.json (a sharded "
+                       "checkpoint's index says which shard holds each tensor)");
+    }
   }
   if (files.empty()) throw InputError(dir.string() + ": no .safetensors shards");
   return files;
+}
+
+// A split's own split.no / split.count (llama.cpp's gguf-split keys) agree with its place among
+// the files found: a renamed or mixed-up split would otherwise load the wrong tensors silently.
+void check_split_keys(const GgufFile& g, std::size_t position, std::size_t count) {
+  const bool has_no = g.has("split.no"), has_count = g.has("split.count");
+  if (!has_no && !has_count) {
+    if (count > 1) {
+      throw InputError(g.path + ": split " + std::to_string(position + 1) + " of " +
+                       std::to_string(count) + " by its file name, but it has no split.no / " +
+                       "split.count keys");
+    }
+    return;
+  }
+  const auto number = [&](const char* key) {
+    const GgufValue& v = g.at(key);
+    if (!v.value.is_number_unsigned()) {
+      throw InputError(g.path + ": GGUF key '" + key + "' is " +
+                       std::string(gguf_type_name(v.type)) + ", expected an unsigned integer");
+    }
+    return v.value.get<std::uint64_t>();
+  };
+  const std::uint64_t no = has_no ? number("split.no") : 0;
+  const std::uint64_t total = has_count ? number("split.count") : 1;
+  if (total != count || no != position) {
+    throw InputError(g.path + ": split.no " + std::to_string(no) + " of split.count " +
+                     std::to_string(total) + ", but the file name makes it split " +
+                     std::to_string(position) + " (0-based) of " + std::to_string(count));
+  }
 }
 
 fs::path first_gguf_file(const fs::path& path) {
@@ -347,6 +400,7 @@ ShardHeader Checkpoint::read_shard_header(std::size_t file) const {
   ShardHeader h;
   if (format_.kind() == FormatKind::kGguf) {
     GgufFile g = read_gguf_header(files_[file]);
+    check_split_keys(g, file, files_.size());
     h.tensors = std::move(g.tensors);
     g.tensors.clear();
     if (file == 0) h.gguf = std::move(g);
@@ -394,14 +448,20 @@ void Checkpoint::add_headers(std::vector<ShardHeader> headers) {
     });
     gguf_ = std::move(headers.front().gguf);
   } else {
-    // Every entry of the index's weight_map names a tensor that its shard really holds; the
-    // first entry that does not is reported.
+    // The index and the shards agree in both directions: every entry of the weight_map names
+    // a tensor that its shard really holds, and every stored tensor has an entry. The first
+    // disagreement is reported.
     const std::string index = (fs::path(root_) / "model.safetensors.index.json").string();
+    const bool indexed = !weight_map_.empty();  // a single shard may come without an index
+    std::vector<std::uint8_t> listed(tensors_.size(), 0);
     std::atomic<std::size_t> first_wrong{weight_map_.size()};
     fan_out(weight_map_.size(), [&](std::size_t begin, std::size_t end) {
       for (std::size_t e = begin; e < end; ++e) {
         const StoredTensor* t = find(weight_map_.name(e));
-        if (t && t->file == weight_map_.value(e)) continue;
+        if (t && t->file == weight_map_.value(e)) {
+          std::atomic_ref<std::uint8_t>(listed[ordinal(*t)]).store(1, std::memory_order_relaxed);
+          continue;
+        }
         std::size_t seen = first_wrong.load();
         while (e < seen && !first_wrong.compare_exchange_weak(seen, e)) {
         }
@@ -416,7 +476,28 @@ void Checkpoint::add_headers(std::vector<ShardHeader> headers) {
                        files_[file] +
                        (!t ? ", but no shard holds it" : ", but it is in " + files_[t->file]));
     }
+    if (indexed) {
+      const auto unlisted = std::find(listed.begin(), listed.end(), std::uint8_t{0});
+      if (unlisted != listed.end()) {
+        const StoredTensor& t = tensors_[static_cast<std::size_t>(unlisted - listed.begin())];
+        throw InputError(index + ": weight_map has no entry for '" + t.entry.name + "', which " +
+                         files_[t.file] + " holds");
+      }
+    }
     weight_map_.clear();
+    // ModelSlim stores a weight_offset beside each integer weight; the official release never
+    // does. Without its description such a checkpoint is detected as hf and every integer
+    // weight would be reported one by one: say what is missing instead.
+    if (format_.kind() == FormatKind::kHf) {
+      constexpr std::string_view kOffset = ".weight_offset";
+      for (const StoredTensor& t : tensors_) {
+        if (t.entry.name.ends_with(kOffset)) {
+          throw InputError(root_ + ": '" + t.entry.name + "' in " + files_[t.file] +
+                           " is a ModelSlim weight_offset, but quant_model_description.json is "
+                           "missing (a ModelSlim checkpoint needs its description)");
+        }
+      }
+    }
     // The official release names everything under "language_model."; accept flat exports too.
     prefix_ = find("language_model.model.embed_tokens.weight") ? "language_model." : "";
   }

@@ -67,7 +67,7 @@ void ModelConfig::validate(const std::string& source) const {
   };
   constexpr long long kMaxWidth = 1 << 20, kMaxCount = 1 << 16, kMaxHeadDim = 1 << 12;
   at_most("hidden_size", hidden_size, kMaxWidth);
-  at_most("num_hidden_layers", num_hidden_layers, kMaxHeadDim);
+  at_most("num_hidden_layers", num_hidden_layers, kMaxLayers);
   at_most("vocab_size", vocab_size, 1 << 24);
   at_most("intermediate_size", intermediate_size, kMaxWidth);
   at_most("num_attention_heads", num_attention_heads, kMaxHeadDim);
@@ -111,8 +111,8 @@ void ModelConfig::validate(const std::string& source) const {
   }
   for (int id : {bos_token_id, eos_token_id, pad_token_id}) {
     if (id < 0 || id >= vocab_size) {
-      fail("special token id " + std::to_string(id) + " outside the vocabulary of " +
-           std::to_string(vocab_size));
+      fail("special token id " + std::to_string(id) + " outside vocab_size " +
+           std::to_string(vocab_size) + " (bos, eos and pad need embedding rows)");
     }
   }
 }
@@ -331,7 +331,9 @@ ModelConfig parse_config_json(const json& root, const std::string& source) {
   if (c.is_draft()) {
     c.draft_target_layers = r.integers("target_layer_ids");
     c.first_k_dense_replace = c.num_hidden_layers;
-    for (int l = 1; l <= c.num_hidden_layers; ++l) c.full_attn_layers.push_back(l);
+    // Every draft layer is MLA; an absurd count is left to validate() below, never sized here.
+    if (c.num_hidden_layers <= ModelConfig::kMaxLayers)
+      for (int l = 1; l <= c.num_hidden_layers; ++l) c.full_attn_layers.push_back(l);
     c.bos_token_id =
         r.integer_or("bos_token_id", c.vocab_size - ModelConfig::kReservedSpecialTokens);
     c.eos_token_id = r.integer_or("eos_token_id", c.bos_token_id + 2);

@@ -73,6 +73,7 @@ struct ModelConfig {
   double least_parameter_count() const;
 
   static constexpr int kReservedSpecialTokens = 256;
+  static constexpr int kMaxLayers = 1 << 12;  // validate()'s bound on num_hidden_layers
 };
 
 // The synthetic presets: "tiny" (divides cleanly for TP64/DP4/EP64, see ARCHITECTURE.md) and

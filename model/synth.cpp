@@ -318,7 +318,8 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
   }
   cfg.validate("k3ckpt synth --preset " + o.preset);
   // The tiny preset tokenizes for real: a BPE vocabulary trained on the corpus, of exactly the
-  // config's base size. The full preset reuses it, padded, only where GGUF needs a token list.
+  // config's base size. Larger presets get a 4096-token vocabulary (GGUF pads its token list
+  // to vocab_size; tiktoken.model holds the 4096 tokens, their ids below vocab_size).
   if (o.corpus.empty())
     throw UsageError(
         "k3ckpt synth needs --corpus (a JSONL text corpus such as GSM8K's train.jsonl)");
@@ -550,8 +551,9 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
       << "\n";
   std::ofstream(o.out / "config.json") << to_config_json(cfg).dump(2) << "\n";
   if (ms) std::ofstream(o.out / "quant_model_description.json") << description.dump(1) << "\n";
-  if (o.preset == "tiny")
-    std::ofstream(o.out / "tiktoken.model", std::ios::binary) << vocab.to_tiktoken();
+  // Every main-model checkpoint carries its tokenizer (pre-flight checks it); a draft uses
+  // its target's.
+  if (!draft) std::ofstream(o.out / "tiktoken.model", std::ios::binary) << vocab.to_tiktoken();
   return summary;
 }
 

@@ -267,7 +267,7 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
   auto engine = make_engine(runtime, groups, model, o);
   const eval::RunnerOptions ro = runner_options(o);
   runtime.collectively([&] {
-    tokenizer.emplace(model::open_tokenizer(o.model_path));
+    tokenizer.emplace(model::open_tokenizer(o.model_path, model.config()));
     tokens = eval::tokenize_prompts(*tokenizer, prompts);
     model::engine::Generator check(*engine, groups, ro.generator);
     if (ro.prefix_caching) check.add_prefix(tokens.prefix);  // checks the slots suffice
@@ -447,7 +447,7 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
       for (auto& p : prompts)
         for (auto& t : p) t = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(base));
     } else {
-      const auto tokenizer = model::open_tokenizer(o.model_path);
+      const auto tokenizer = model::open_tokenizer(o.model_path, model.config());
       const auto data = eval::read_gsm8k(o.data_path);
       eval::PromptOptions po;
       po.num_shots = static_cast<std::size_t>(o.num_shots);
@@ -499,7 +499,7 @@ int run_logits(dist::Runtime& runtime, const dist::Groups& groups, const K3evalO
   auto engine = make_engine(runtime, groups, model, one);
   std::vector<std::int32_t> ids;
   runtime.collectively([&] {
-    ids = model::open_tokenizer(o.model_path).encode(o.prompt);
+    ids = model::open_tokenizer(o.model_path, model.config()).encode(o.prompt);
     if (ids.empty()) throw UsageError("--prompt encodes to no tokens");
     if (ids.size() > static_cast<std::size_t>(o.context_length)) {
       throw UsageError("--prompt has " + std::to_string(ids.size()) +

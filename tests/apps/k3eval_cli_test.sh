@@ -244,7 +244,7 @@ text = json.dumps(header).encode()
 text += b" " * ((8 - len(text) % 8) % 8)
 shard.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + n:])
 index = json.loads((d / "model.safetensors.index.json").read_text())
-del index["weight_map"][name]
+index["weight_map"][name.replace("kv_b_proj", "kv_b_lost")] = index["weight_map"].pop(name)
 (d / "model.safetensors.index.json").write_text(json.dumps(index))
 PY
     run 8 --model-path "$work/ms" --load-only --tp 8 --ep 8
