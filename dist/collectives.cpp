@@ -93,6 +93,37 @@ void barrier(const Comm& comm) {
 
 namespace k3::dist {
 
+void allreduce_sum_ordered(const Comm& comm, std::span<float> data) {
+  const int members = comm.size();
+  if (members == 1) return;
+  const WaitScope wait("allreduce_sum_ordered");
+  checked_count(data.size(), "allreduce_sum_ordered");
+  const auto p = static_cast<std::size_t>(members);
+  // Segment s = [n s / P, n (s + 1) / P): member s adds it up.
+  std::vector<int> counts(p), displs(p);
+  for (std::size_t s = 0; s < p; ++s) {
+    displs[s] = static_cast<int>(data.size() * s / p);
+    counts[s] = static_cast<int>(data.size() * (s + 1) / p) - displs[s];
+  }
+  const auto me = static_cast<std::size_t>(comm.rank());
+  const int mine = counts[me];
+  std::vector<int> recv_counts(p, mine), recv_displs(p);
+  for (std::size_t r = 0; r < p; ++r) recv_displs[r] = static_cast<int>(r) * mine;
+  std::vector<float> parts(p * static_cast<std::size_t>(mine));
+  check_mpi(MPI_Alltoallv(data.data(), counts.data(), displs.data(), MPI_FLOAT, parts.data(),
+                          recv_counts.data(), recv_displs.data(), MPI_FLOAT, comm.handle()),
+            "MPI_Alltoallv");
+  float* sum = data.data() + displs[me];
+  for (int i = 0; i < mine; ++i) sum[i] = parts[static_cast<std::size_t>(i)];
+  for (std::size_t r = 1; r < p; ++r) {
+    const float* part = parts.data() + r * static_cast<std::size_t>(mine);
+    for (int i = 0; i < mine; ++i) sum[i] += part[i];
+  }
+  check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data(), counts.data(),
+                           displs.data(), MPI_FLOAT, comm.handle()),
+            "MPI_Allgatherv");
+}
+
 void allreduce_maxloc(const Comm& comm, std::span<float> values, std::span<std::int32_t> ids) {
   const WaitScope wait("allreduce_maxloc");
   if (values.size() != ids.size()) {

@@ -13,6 +13,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #define K3_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -507,78 +508,42 @@ K3_AVX2_INLINE __m128 group_scales(const uint8_t* p, float dx) {
   }
 }
 
-// [s0 x4, s1 x4] and [s2 x4, s3 x4].
-K3_AVX2_INLINE void spread4(__m128 sc, __m256& s01, __m256& s23) {
-  const __m256 v = _mm256_castps128_ps256(sc);
-  s01 = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
-  s23 = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3));
-}
-
-// Q4_0 / MXFP4: rows 0,1 in the first 32 payload bytes (one per 128-bit lane), rows 2,3 next.
+// Batch 1 over one group of 4 repacked rows, each row computed exactly as row_q8_n computes it
+// (same decoder, same int32 lanes, even and odd blocks in their own accumulators, the same
+// final sum), so a row's value does not depend on the layout path or the batch: the group's
+// stream is read once, the activation block loaded once for the four rows.
 template <Type T>
-K3_AVX2_INLINE void nib_group_block(const uint8_t* p, const ActView& a, size_t b, __m256& acc01,
-                                    __m256& acc23) {
-  constexpr size_t kSb = T == Type::kMXFP4 ? 1 : 2;
-  constexpr int kC = T == Type::kMXFP4 ? 16 : 8;
-  prefetch_block(p, 4 * (kSb + 16));
-  const __m256i m = _mm256_set1_epi8(0x0f);
-  const __m256i xlo = _mm256_broadcastsi128_si256(load128(a.qs + 32 * b));
-  const __m256i xhi = _mm256_broadcastsi128_si256(load128(a.qs + 32 * b + 16));
-  const __m256i init = _mm256_and_si256(_mm256_set1_epi32(a.nisum[b] * kC),
-                                        _mm256_setr_epi32(-1, 0, 0, 0, -1, 0, 0, 0));
-  __m256i s[2];
-  for (int h = 0; h < 2; ++h) {
-    const __m256i v = load256(p + 4 * kSb + 32 * h);
-    __m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
-    if constexpr (T == Type::kMXFP4) {  // doubled E2M1 + 16 (4..28)
-      const __m256i table = _mm256_broadcastsi128_si256(
-          _mm_setr_epi8(16, 17, 18, 19, 20, 22, 24, 28, 16, 15, 14, 13, 12, 10, 8, 4));
-      lo = _mm256_shuffle_epi8(table, lo);
-      hi = _mm256_shuffle_epi8(table, hi);
-    }
-    // |u| <= 28, |x| <= 127: each pair sum and their total stay inside int16.
-    const __m256i p16 =
-        _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo), _mm256_maddubs_epi16(hi, xhi));
-    s[h] = _mm256_add_epi32(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)), init);
-  }
-  __m256 s01, s23;
-  spread4(group_scales<T>(p, a.d[b]), s01, s23);
-  acc01 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), s01, acc01);
-  acc23 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[1]), s23, acc23);
-}
-
-template <Type T>
-K3_AVX2 void nib_gemv_group(const MatrixView& w, size_t r0, const ActView& a, float* y) {
-  constexpr size_t kSuper = 4 * ((T == Type::kMXFP4 ? 1 : 2) + 16);
+K3_AVX2 void gemv_group(const MatrixView& w, size_t r0, const ActView& a, float* y) {
+  constexpr size_t kSb = T == Type::kMXFP4 ? 1 : 2;   // scale bytes per row
+  constexpr size_t kQb = T == Type::kQ8_0 ? 32 : 16;  // payload bytes per row
+  constexpr size_t kSuper = 4 * (kSb + kQb);
+  using W = std::conditional_t<T == Type::kQ8_0, Q8_0W,
+                               std::conditional_t<T == Type::kQ4_0, Q4_0W, Mxfp4W>>;
   const size_t nb = a.blocks;
   const uint8_t* g = w.data.data() + r0 * (nb * kSuper / 4);
-  __m256 acc01 = _mm256_setzero_ps(), acc23 = _mm256_setzero_ps();
-  for (size_t b = 0; b < nb; ++b) nib_group_block<T>(g + kSuper * b, a, b, acc01, acc23);
-  alignas(32) float out[16];
-  _mm256_store_ps(out, acc01);
-  _mm256_store_ps(out + 8, acc23);
-  for (int r = 0; r < 4; ++r)
-    y[r0 + r] = (out[4 * r] + out[4 * r + 1]) + (out[4 * r + 2] + out[4 * r + 3]);
-}
-
-// Q8_0: one ymm per row, signed x signed.
-K3_AVX2 void q8_gemv_group(const MatrixView& w, size_t r0, const ActView& a, float* y) {
-  const size_t nb = a.blocks;
-  const uint8_t* g = w.data.data() + r0 * (nb * 34);
-  __m256 acc[4];
-  for (int r = 0; r < 4; ++r) acc[r] = _mm256_setzero_ps();
+  __m256 acc[2][4];
+  for (auto& parity : acc)
+    for (auto& r : parity) r = _mm256_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
-    const uint8_t* p = g + 136 * b;
-    prefetch_block(p, 136);
+    const uint8_t* p = g + kSuper * b;
+    prefetch_block(p, kSuper);
     const __m256i x = load256(a.qs + 32 * b);
-    alignas(16) float sc[4];
-    _mm_store_ps(sc, group_scales<Type::kQ8_0>(p, a.d[b]));
+    const __m128 sc = group_scales<T>(p, a.d[b]);
+    alignas(16) float dw_dx[4];
+    _mm_store_ps(dw_dx, sc);
     for (int r = 0; r < 4; ++r) {
-      const __m256i s = dot_s8s8(load256(p + 8 + 32 * r), x);
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(sc[r]), acc[r]);
+      // The row decoders read a block as [scale][payload]: point kSb bytes before the payload.
+      const __m256i q = W::decode(p + 4 * kSb + kQb * r - kSb);
+      __m256i s;
+      if constexpr (W::kSigned) {
+        s = dot_s8s8(q, x);
+      } else {
+        s = _mm256_sub_epi32(dot_u8s8(q, x), _mm256_set1_epi32(a.isum[b]));
+      }
+      acc[b & 1][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw_dx[r]), acc[b & 1][r]);
     }
   }
-  for (int r = 0; r < 4; ++r) y[r0 + r] = hsum(acc[r]);
+  for (int r = 0; r < 4; ++r) y[r0 + r] = hsum(_mm256_add_ps(acc[0][r], acc[1][r]));
 }
 
 // Batch 1 on the repacked stream; larger batches unpack the tile and run the row kernels.
@@ -586,13 +551,7 @@ template <Type T>
 K3_AVX2 void repacked_tile(const MatrixView& w, size_t r0, size_t nr, const ActView& a, float* y,
                            size_t ldy) {
   if (a.rows == 1) {
-    for (size_t r = r0; r < r0 + nr; r += 4) {
-      if constexpr (T == Type::kQ8_0) {
-        q8_gemv_group(w, r, a, y);
-      } else {
-        nib_gemv_group<T>(w, r, a, y);
-      }
-    }
+    for (size_t r = r0; r < r0 + nr; r += 4) gemv_group<T>(w, r, a, y);
     return;
   }
   thread_local std::vector<uint8_t> buf;

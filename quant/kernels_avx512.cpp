@@ -3,9 +3,10 @@
 //
 // Integer formats decode two 32-weight blocks into one zmm of unsigned bytes (weight + C) and
 // multiply with vpdpbusd against the int8 activations (64 bytes of a row, blocks b and b+1).
-// Lanes 0-7 of the int32 result belong to block b, lanes 8-15 to block b+1, so the offset C
-// is removed per lane with the activation block sums (C/8 * isum per lane), and the float
-// scales are applied as a [s_b x8, s_b+1 x8] vector.
+// Lanes 0-7 of the int32 result belong to block b, lanes 8-15 to block b+1; they are summed
+// into each block's exact integer dot, the offset C removed with the activation block sums
+// (C * isum), and the blocks are added in one fixed order per row that every path of a type
+// shares (block_sums4; q2_k_rows16), so results do not depend on the batch.
 #include <cstdint>
 #include <cstring>
 
@@ -400,67 +401,107 @@ struct MsInt8D {
   K3_512_INLINE __m256i decode1(size_t b) const {
     return _mm256_xor_si256(load256(p + 32 * b), _mm256_set1_epi8(static_cast<char>(0x80)));
   }
+  K3_512_INLINE __m512i decode2(size_t b) const {
+    return _mm512_xor_si512(load512(p + 32 * b), _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
   K3_512_INLINE float scale1(size_t) const { return 1.0f; }
+  K3_512_INLINE __m128 scale2(size_t) const { return _mm_set1_ps(1.0f); }
+  K3_512_INLINE __m128 scale4(size_t) const { return _mm_set1_ps(1.0f); }
   static float finish(const MatrixView& w, size_t row, const ActView& a, size_t act, float v) {
     const float off = w.offset.empty() ? 0.0f : w.offset[row];
     return w.scale[row] * (v - off * a.row_xsum[act]);
   }
 };
 
-// Blocks b, b+1 for NA activation rows.
-template <class D, int NA>
-K3_512_INLINE void q8_pair(const D& dec, const ActView& a, size_t a0, size_t b, __m512* acc) {
-  dec.fetch(b);
-  const __m512i u = dec.decode2(b);
-  const __m128 dw = dec.scale2(b);
-  for (int i = 0; i < NA; ++i) {
-    const size_t ab = (a0 + i) * a.blocks + b;
-    __m512i corr = spread2i(load64(a.isum + ab));
-    if constexpr (D::kShift != 0) corr = _mm512_slli_epi32(corr, D::kShift);
-    const __m512i s = _mm512_sub_epi32(
-        _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, load512(a.qs + 32 * ab)), corr);
-    const __m128 dx = _mm_castsi128_ps(load64(a.d + ab));
-    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), spread2(_mm_mul_ps(dw, dx)), acc[i]);
-  }
+// The order every kernel of this family adds a row's blocks in (batch invariance, issue 19):
+// per weight row and activation row, S_b, the exact int32 dot of block b with the weights as
+// signed values (the offset C removed in integers), goes into one of four accumulators,
+//   acc[b mod 4] = fma(float(S_b), dw_b * dx_b, acc[b mod 4]),   b = 0, 1, 2, ...
+// and the row's value is (acc[0] + acc[1]) + (acc[2] + acc[3]). The row kernels (the four
+// accumulators as the lanes of an xmm), the GEMV over 4 rows and the GEMM tile (lanes =
+// activation rows, four zmm accumulators) compute exactly this, so a row's output is the same
+// bits whatever the batch size and its place in the batch.
+
+// S_b .. S_b+3 as the int32 lanes of an xmm, from the vpdpbusd results of blocks (b, b+1) and
+// (b+2, b+3) (lanes 0-7 and 8-15 of each) and the blocks' activation code sums (C = 8 << kShift).
+// The four int32 sums of each 128-bit lane of t, in order.
+K3_512_INLINE __m128i lane_sums(__m512i t) {
+  t = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, _MM_PERM_BADC));
+  t = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, _MM_PERM_CDAB));
+  return _mm512_castsi512_si128(_mm512_permutexvar_epi32(
+      _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), t));
 }
 
-template <class D, int NA>
-K3_512_INLINE void q8_single(const D& dec, const ActView& a, size_t a0, size_t b, __m256* acc) {
-  const __m256i u = dec.decode1(b);
-  const float dw = dec.scale1(b);
-  for (int i = 0; i < NA; ++i) {
-    const size_t ab = (a0 + i) * a.blocks + b;
-    const __m256i corr = _mm256_slli_epi32(_mm256_set1_epi32(a.isum[ab]), D::kShift);
-    const __m256i s = _mm256_sub_epi32(
-        _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, load256(a.qs + 32 * ab)), corr);
-    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * a.d[ab]), acc[i]);
-  }
+// The sums of the four 8-lane halves of s01 and s23: [s01 lanes 0-7, 8-15, s23 0-7, 8-15].
+K3_512_INLINE __m128i half_sums(__m512i s01, __m512i s23) {
+  // 128-bit lanes [A.0, A.1, B.0, B.1] and [C.0, C.1, D.0, D.1] -> [A, B, C, D] by lane.
+  const __m512i even = _mm512_shuffle_i32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0));
+  const __m512i odd = _mm512_shuffle_i32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1));
+  return lane_sums(_mm512_add_epi32(even, odd));
 }
 
-// Blocks b .. b+3: one scale conversion and two spreads for four blocks. The offset C of the
-// unsigned weights is removed in float: C * sum_b dw_b (dx_b isum_b) goes to a 4-lane `corr`.
+template <int kShift>
+K3_512_INLINE __m128i block_sums4(__m512i s01, __m512i s23, const std::int32_t* isum) {
+  return _mm_sub_epi32(half_sums(s01, s23),
+                       _mm_slli_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(isum)),
+                                      3 + kShift));
+}
+
+// S_b of one block from its vpdpbusd lanes (8 int32).
+template <int kShift>
+K3_512_INLINE std::int32_t block_sum1(__m256i s, std::int32_t isum) {
+  __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(1, 0, 3, 2)));
+  t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(t) - (isum << (3 + kShift));
+}
+
+// Blocks b .. b+3 for NA activation rows: acc[i] lane k takes block b + k.
 template <class D, int NA>
-K3_512_INLINE void q8_quad(const D& dec, const ActView& a, size_t a0, size_t b, __m512* acc0,
-                           __m512* acc1, __m128* corr) {
+K3_512_INLINE void q8_quad(const D& dec, const ActView& a, size_t a0, size_t b, __m128* acc) {
   dec.fetch(b);
   dec.fetch(b + 2);
   const __m512i u0 = dec.decode2(b);
   const __m512i u1 = dec.decode2(b + 2);
   const __m128 dw = dec.scale4(b);
-  const __m512i lo_idx = pair_index();
-  const __m512i hi_idx = _mm512_add_epi32(lo_idx, _mm512_set1_epi32(2));
   for (int i = 0; i < NA; ++i) {
     const size_t ab = (a0 + i) * a.blocks + b;
-    const __m128 sc = _mm_mul_ps(dw, _mm_loadu_ps(a.d + ab));
     const __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u0, load512(a.qs + 32 * ab));
     const __m512i s1 =
         _mm512_dpbusd_epi32(_mm512_setzero_si512(), u1, load512(a.qs + 32 * ab + 64));
-    acc0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0),
-                              _mm512_permutexvar_ps(lo_idx, _mm512_castps128_ps512(sc)), acc0[i]);
-    acc1[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1),
-                              _mm512_permutexvar_ps(hi_idx, _mm512_castps128_ps512(sc)), acc1[i]);
-    corr[i] = _mm_fmadd_ps(dw, _mm_loadu_ps(a.dsum + ab), corr[i]);
+    const __m128i sums = block_sums4<D::kShift>(s0, s1, a.isum + ab);
+    acc[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(dw, _mm_loadu_ps(a.d + ab)), acc[i]);
   }
+}
+
+// The last nb - b < 4 blocks (b a multiple of 4): block b + k into lane k; the other lanes add
+// 0 * 0, which leaves an accumulator's value as it is.
+template <class D, int NA>
+K3_512_INLINE void q8_tail(const D& dec, const ActView& a, size_t a0, size_t b, __m128* acc) {
+  const size_t left = a.blocks - b;
+  alignas(16) float dw[4] = {};
+  __m256i u[3];
+  for (size_t k = 0; k < left; ++k) {
+    u[k] = dec.decode1(b + k);
+    dw[k] = dec.scale1(b + k);
+  }
+  for (int i = 0; i < NA; ++i) {
+    const size_t ab = (a0 + i) * a.blocks + b;
+    alignas(16) float sums[4] = {}, sc[4] = {};
+    for (size_t k = 0; k < left; ++k) {
+      const __m256i s =
+          _mm256_dpbusd_epi32(_mm256_setzero_si256(), u[k], load256(a.qs + 32 * (ab + k)));
+      sums[k] = static_cast<float>(block_sum1<D::kShift>(s, a.isum[ab + k]));
+      sc[k] = dw[k] * a.d[ab + k];
+    }
+    acc[i] = _mm_fmadd_ps(_mm_load_ps(sums), _mm_load_ps(sc), acc[i]);
+  }
+}
+
+// (acc0 + acc1) + (acc2 + acc3) of the four lanes.
+K3_512_INLINE float sum_of_4(__m128 acc) {
+  const __m128 pairs = _mm_add_ps(acc, _mm_shuffle_ps(acc, acc, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_movehl_ps(pairs, pairs)));
 }
 
 template <class D, int NA>
@@ -468,28 +509,13 @@ K3_512 void row_q8_n(const MatrixView& w, size_t row, const ActView& a, size_t a
                      size_t ldy) {
   const D dec(w, row);
   const size_t nb = a.blocks;
-  __m512 acc0[NA], acc1[NA];
-  __m256 tail[NA];
-  __m128 corr[NA];
-  for (int i = 0; i < NA; ++i) {
-    acc0[i] = acc1[i] = _mm512_setzero_ps();
-    tail[i] = _mm256_setzero_ps();
-    corr[i] = _mm_setzero_ps();
-  }
+  __m128 acc[NA];
+  for (int i = 0; i < NA; ++i) acc[i] = _mm_setzero_ps();
   size_t b = 0;
-  for (; b + 4 <= nb; b += 4) q8_quad<D, NA>(dec, a, a0, b, acc0, acc1, corr);
-  if (b + 2 <= nb) {
-    q8_pair<D, NA>(dec, a, a0, b, acc0);
-    b += 2;
-  }
-  if (b < nb) q8_single<D, NA>(dec, a, a0, b, tail);
-  constexpr float kOffset = static_cast<float>(8 << D::kShift);
-  for (int i = 0; i < NA; ++i) {
-    __m128 c = _mm_add_ps(corr[i], _mm_movehl_ps(corr[i], corr[i]));
-    c = _mm_add_ss(c, _mm_movehdup_ps(c));
-    y[(a0 + i) * ldy + row] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i], acc1[i])) +
-                              hsum256(tail[i]) - kOffset * _mm_cvtss_f32(c);
-  }
+  for (; b + 4 <= nb; b += 4) q8_quad<D, NA>(dec, a, a0, b, acc);
+  if (b < nb) q8_tail<D, NA>(dec, a, a0, b, acc);
+  for (int i = 0; i < NA; ++i)
+    y[(a0 + i) * ldy + row] = D::finish(w, row, a, a0 + i, sum_of_4(acc[i]));
 }
 
 // ---------------------------------------------------------------- GEMM tile (>= 12 activations)
@@ -501,100 +527,77 @@ template <class D, int R>
 K3_512_INLINE void q8_tile_rows(const MatrixView& w, size_t row0, const uint8_t* u, const float* sc,
                                 const ActView& a, size_t g, float* y, size_t ldy) {
   const size_t nb = a.blocks, cols = w.cols;
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  for (size_t b = 0; b < nb; ++b) {
-    const size_t gb = g * nb + b;
-    const std::int8_t* xq = a.qs16 + gb * 512;
-    const __m512i init = _mm512_slli_epi32(_mm512_loadu_si512(a.nisum16 + gb * 16), 3 + D::kShift);
-    __m512i s[R];
-    for (int r = 0; r < R; ++r) s[r] = init;
-    for (int j = 0; j < 8; ++j) {
-      const __m512i x = load512(xq + 64 * j);
-      for (int r = 0; r < R; ++r) {
-        std::int32_t quad;
-        std::memcpy(&quad, u + r * cols + 32 * b + 4 * j, sizeof quad);
-        s[r] = _mm512_dpbusd_epi32(s[r], _mm512_set1_epi32(quad), x);
+  __m512 acc[R][4];  // acc[r][b mod 4], the family's block order (see block_sums4)
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < 4; ++k) acc[r][k] = _mm512_setzero_ps();
+  for (size_t b0 = 0; b0 < nb; b0 += 4) {
+#pragma GCC unroll 4
+    for (size_t k = 0; k < 4; ++k) {
+      const size_t b = b0 + k;
+      if (b >= nb) break;
+      const size_t gb = g * nb + b;
+      const std::int8_t* xq = a.qs16 + gb * 512;
+      const __m512i init =
+          _mm512_slli_epi32(_mm512_loadu_si512(a.nisum16 + gb * 16), 3 + D::kShift);
+      __m512i s[R];
+      for (int r = 0; r < R; ++r) s[r] = init;
+      for (int j = 0; j < 8; ++j) {
+        const __m512i x = load512(xq + 64 * j);
+        for (int r = 0; r < R; ++r) {
+          std::int32_t quad;
+          std::memcpy(&quad, u + r * cols + 32 * b + 4 * j, sizeof quad);
+          s[r] = _mm512_dpbusd_epi32(s[r], _mm512_set1_epi32(quad), x);
+        }
       }
-    }
-    const __m512 dx = _mm512_loadu_ps(a.d16 + gb * 16);
-    for (int r = 0; r < R; ++r) {
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r]),
-                               _mm512_mul_ps(dx, _mm512_set1_ps(sc[r * nb + b])), acc[r]);
+      const __m512 dx = _mm512_loadu_ps(a.d16 + gb * 16);
+      for (int r = 0; r < R; ++r) {
+        acc[r][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r]),
+                                    _mm512_mul_ps(_mm512_set1_ps(sc[r * nb + b]), dx), acc[r][k]);
+      }
     }
   }
   const size_t lanes = std::min<size_t>(16, a.rows - 16 * g);
   for (int r = 0; r < R; ++r) {
     alignas(64) float out[16];
-    _mm512_store_ps(out, acc[r]);
+    _mm512_store_ps(out, _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]),
+                                       _mm512_add_ps(acc[r][2], acc[r][3])));
     for (size_t l = 0; l < lanes; ++l) {
       y[(16 * g + l) * ldy + row0 + r] = D::finish(w, row0 + r, a, 16 * g + l, out[l]);
     }
   }
 }
 
-// GEMV over 4 rows at once: activation loads shared, four independent FMA chains, and one
-// reduction pass for the four results (the per-row epilogue was ~12% of a 3584-wide Q4_0 row).
-K3_512_INLINE float hsum128(__m128 v) {
-  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-  return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
-}
-
+// GEMV over 4 rows at once: activation loads shared, four independent accumulator chains, in
+// the family's block order.
 template <class D>
 K3_512 void q8_gemv4(const MatrixView& w, size_t r0, const ActView& a, float* y) {
   const size_t nb = a.blocks;
   const D dec[4] = {D(w, r0), D(w, r0 + 1), D(w, r0 + 2), D(w, r0 + 3)};
-  const __m512i lo_idx = pair_index();
-  const __m512i hi_idx = _mm512_add_epi32(lo_idx, _mm512_set1_epi32(2));
   // The four rows are adjacent in memory: prefetch the same position eight rows ahead (two
   // groups on), at least kPrefetchBytes away. A fixed 4 KiB distance lands inside this group
   // (measured: Q4_0 GEMV fell from ~80% to ~58% of read bandwidth).
   const size_t ahead =
       std::max<size_t>(8 * static_cast<size_t>(dec[1].at(0) - dec[0].at(0)), kPrefetchBytes);
-  __m512 acc0[4], acc1[4];
-  __m128 corr[4];
-  for (int r = 0; r < 4; ++r) {
-    acc0[r] = acc1[r] = _mm512_setzero_ps();
-    corr[r] = _mm_setzero_ps();
-  }
+  __m128 acc[4];  // per row, the family's four accumulators (see block_sums4)
+  for (int r = 0; r < 4; ++r) acc[r] = _mm_setzero_ps();
   size_t b = 0;
   for (; b + 4 <= nb; b += 4) {
     const __m512i x0 = load512(a.qs + 32 * b);
     const __m512i x1 = load512(a.qs + 32 * b + 64);
     const __m128 dx = _mm_loadu_ps(a.d + b);
-    const __m128 ds = _mm_loadu_ps(a.dsum + b);
     for (int r = 0; r < 4; ++r) {
       _mm_prefetch(reinterpret_cast<const char*>(dec[r].at(b)) + ahead, _MM_HINT_T1);
       _mm_prefetch(reinterpret_cast<const char*>(dec[r].at(b + 2)) + ahead, _MM_HINT_T1);
-      const __m128 dw = dec[r].scale4(b);
-      const __m128 sc = _mm_mul_ps(dw, dx);
+      const __m128 sc = _mm_mul_ps(dec[r].scale4(b), dx);
       const __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), dec[r].decode2(b), x0);
       const __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), dec[r].decode2(b + 2), x1);
-      acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0),
-                                _mm512_permutexvar_ps(lo_idx, _mm512_castps128_ps512(sc)), acc0[r]);
-      acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1),
-                                _mm512_permutexvar_ps(hi_idx, _mm512_castps128_ps512(sc)), acc1[r]);
-      corr[r] = _mm_fmadd_ps(dw, ds, corr[r]);
+      acc[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(block_sums4<D::kShift>(s0, s1, a.isum + b)), sc,
+                            acc[r]);
     }
   }
-  float tail[4] = {};
   for (int r = 0; r < 4; ++r) {
-    size_t t = b;
-    if (t + 2 <= nb) {
-      q8_pair<D, 1>(dec[r], a, 0, t, &acc0[r]);
-      t += 2;
-    }
-    if (t < nb) {
-      __m256 single = _mm256_setzero_ps();
-      q8_single<D, 1>(dec[r], a, 0, t, &single);
-      tail[r] = hsum256(single);
-    }
-  }
-  constexpr float kOffset = static_cast<float>(8 << D::kShift);
-  for (int r = 0; r < 4; ++r) {
-    const float v = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r])) + tail[r] -
-                    kOffset * hsum128(corr[r]);
-    y[r0 + r] = D::finish(w, r0 + r, a, 0, v);
+    if (b < nb) q8_tail<D, 1>(dec[r], a, 0, b, &acc[r]);
+    y[r0 + r] = D::finish(w, r0 + r, a, 0, sum_of_4(acc[r]));
   }
 }
 
@@ -721,9 +724,9 @@ struct RMxfp4D : RepackedRow<1, 16> {
 };
 
 // Batch-1 GEMV on one group of 4 repacked rows: the group is one sequential stream of
-// super-blocks (4 scales, then the 4 payloads). Each int32 lane accumulates part of one row's
-// block dot (rows in 128-bit lanes for nibble formats, 256-bit halves for Q8_0); the offset C
-// of the unsigned codes is removed exactly by seeding one lane per row with -C * isum.
+// super-blocks (4 scales, then the 4 payloads). The int32 lanes of a row (a 128-bit lane for
+// nibble formats, a 256-bit half for Q8_0) are summed into its exact block dot, the offset C of
+// the unsigned codes removed by seeding one lane per row with -C * isum.
 // Measured on the development host (1 GiB rotation): 4 KiB ahead into L2 is best; 2 KiB,
 // 8-16 KiB, or L1 (T0) prefetch were 5-15 % slower, and no software prefetch ~25 % slower.
 inline constexpr size_t kRepackPrefetch = 4096;
@@ -745,9 +748,10 @@ K3_512_INLINE __m128 group_scales(const uint8_t* p, float dx) {
   }
 }
 
-// Q4_0 / MXFP4: 64 payload bytes = 4 rows x 16 nibble bytes, one row per 128-bit lane.
+// Q4_0 / MXFP4: 64 payload bytes = 4 rows x 16 nibble bytes, one row per 128-bit lane. Returns
+// the four rows' exact block dots S_b (the offset seeded into one lane per row).
 template <Type T>
-K3_512_INLINE __m512 nib_group_block(const uint8_t* p, const ActView& a, size_t b, __m512 acc) {
+K3_512_INLINE __m128i nib_group_block(const uint8_t* p, const ActView& a, size_t b) {
   constexpr size_t kSb = T == Type::kMXFP4 ? 1 : 2;
   constexpr int kLog2C = T == Type::kMXFP4 ? 4 : 3;  // C = 16 (MXFP4 table) or 8
   prefetch_block(p, 4 * (kSb + 16));
@@ -763,66 +767,44 @@ K3_512_INLINE __m512 nib_group_block(const uint8_t* p, const ActView& a, size_t 
   const __m512i xlo = _mm512_broadcast_i32x4(load128(a.qs + 32 * b));
   const __m512i xhi = _mm512_broadcast_i32x4(load128(a.qs + 32 * b + 16));
   const __m512i init = _mm512_maskz_set1_epi32(0x1111, a.nisum[b] * (1 << kLog2C));
-  const __m512i s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, lo, xlo), hi, xhi);
-  const __m512i idx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-  const __m512 sc = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(group_scales<T>(p, a.d[b])));
-  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, acc);
-}
-
-template <Type T>
-K3_512 void nib_gemv_group(const MatrixView& w, size_t r0, const ActView& a, float* y) {
-  constexpr size_t kSuper = 4 * ((T == Type::kMXFP4 ? 1 : 2) + 16);
-  const size_t nb = a.blocks;
-  const uint8_t* g = w.data.data() + r0 * (nb * kSuper / 4);
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  size_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    acc0 = nib_group_block<T>(g + kSuper * b, a, b, acc0);
-    acc1 = nib_group_block<T>(g + kSuper * (b + 1), a, b + 1, acc1);
-  }
-  if (b < nb) acc0 = nib_group_block<T>(g + kSuper * b, a, b, acc0);
-  alignas(64) float out[16];
-  _mm512_store_ps(out, _mm512_add_ps(acc0, acc1));
-  for (int r = 0; r < 4; ++r)
-    y[r0 + r] = (out[4 * r] + out[4 * r + 1]) + (out[4 * r + 2] + out[4 * r + 3]);
+  return lane_sums(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, lo, xlo), hi, xhi));
 }
 
 // Q8_0: 128 payload bytes = rows 0,1 in the first zmm, rows 2,3 in the second (32 B each).
-K3_512_INLINE void q8_group_block(const uint8_t* p, const ActView& a, size_t b, __m512& acc01,
-                                  __m512& acc23) {
+K3_512_INLINE __m128i q8_group_block(const uint8_t* p, const ActView& a, size_t b) {
   prefetch_block(p, 136);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   const __m512i u0 = _mm512_xor_si512(load512(p + 8), flip);
   const __m512i u1 = _mm512_xor_si512(load512(p + 72), flip);
   const __m512i x = _mm512_broadcast_i64x4(load256(a.qs + 32 * b));
   const __m512i init = _mm512_maskz_set1_epi32(0x0101, a.nisum[b] * 128);
-  const __m512i s0 = _mm512_dpbusd_epi32(init, u0, x);
-  const __m512i s1 = _mm512_dpbusd_epi32(init, u1, x);
-  const __m512 sc = _mm512_castps128_ps512(group_scales<Type::kQ8_0>(p, a.d[b]));
-  const __m512i lo_idx = pair_index();
-  const __m512i hi_idx = _mm512_add_epi32(lo_idx, _mm512_set1_epi32(2));
-  acc01 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_permutexvar_ps(lo_idx, sc), acc01);
-  acc23 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_permutexvar_ps(hi_idx, sc), acc23);
+  return half_sums(_mm512_dpbusd_epi32(init, u0, x), _mm512_dpbusd_epi32(init, u1, x));
 }
 
-K3_512 void q8_gemv_group(const MatrixView& w, size_t r0, const ActView& a, float* y) {
+// Batch 1 over one group of 4 repacked rows, in the family's block order: the four rows are the
+// lanes of four xmm accumulators, one per block mod 4.
+template <Type T>
+K3_512 void gemv_group(const MatrixView& w, size_t r0, const ActView& a, float* y) {
+  constexpr size_t kSuper = T == Type::kQ8_0 ? 136 : 4 * ((T == Type::kMXFP4 ? 1 : 2) + 16);
   const size_t nb = a.blocks;
-  const uint8_t* g = w.data.data() + r0 * (nb * 34);
-  __m512 a01 = _mm512_setzero_ps(), a23 = _mm512_setzero_ps();
-  __m512 b01 = _mm512_setzero_ps(), b23 = _mm512_setzero_ps();
-  size_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    q8_group_block(g + 136 * b, a, b, a01, a23);
-    q8_group_block(g + 136 * (b + 1), a, b + 1, b01, b23);
+  const uint8_t* g = w.data.data() + r0 * (nb * kSuper / 4);
+  __m128 acc[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+  for (size_t b0 = 0; b0 < nb; b0 += 4) {
+#pragma GCC unroll 4
+    for (size_t k = 0; k < 4; ++k) {
+      const size_t b = b0 + k;
+      if (b >= nb) break;
+      const uint8_t* p = g + kSuper * b;
+      __m128i sums;
+      if constexpr (T == Type::kQ8_0) {
+        sums = q8_group_block(p, a, b);
+      } else {
+        sums = nib_group_block<T>(p, a, b);
+      }
+      acc[k] = _mm_fmadd_ps(_mm_cvtepi32_ps(sums), group_scales<T>(p, a.d[b]), acc[k]);
+    }
   }
-  if (b < nb) q8_group_block(g + 136 * b, a, b, a01, a23);
-  alignas(64) float out[32];
-  _mm512_store_ps(out, _mm512_add_ps(a01, b01));
-  _mm512_store_ps(out + 16, _mm512_add_ps(a23, b23));
-  for (int r = 0; r < 4; ++r) {
-    const float* o = out + 8 * r;
-    y[r0 + r] = ((o[0] + o[1]) + (o[2] + o[3])) + ((o[4] + o[5]) + (o[6] + o[7]));
-  }
+  _mm_storeu_ps(y + r0, _mm_add_ps(_mm_add_ps(acc[0], acc[1]), _mm_add_ps(acc[2], acc[3])));
 }
 
 // All activation rows for one row, through the decoder D.
@@ -853,13 +835,7 @@ K3_512 void repacked_tile(const MatrixView& w, size_t r0, size_t nr, const ActVi
     return;
   }
   if (a.rows == 1) {
-    for (size_t r = r0; r < r0 + nr; r += 4) {
-      if constexpr (T == Type::kQ8_0) {
-        q8_gemv_group(w, r, a, y);
-      } else {
-        nib_gemv_group<T>(w, r, a, y);
-      }
-    }
+    for (size_t r = r0; r < r0 + nr; r += 4) gemv_group<T>(w, r, a, y);
     return;
   }
   for (size_t a0 = 0; a0 < a.rows; a0 += kMaxActs) {
@@ -993,57 +969,13 @@ K3_512 void vnni_tile(const MatrixView& w, size_t r0, size_t nr, const ActView& 
   }
 }
 
-// ModelSlim int8: y = scale * (sum_b dx_b ((q + 128) . qx - 128 isum)_b - offset * sum(x)).
-// The 128 * isum correction stays in integers (vpdpbusd starts from -16 isum per lane): with
-// per-channel scales most codes are small, and a float correction would cancel badly.
+// ModelSlim int8: y = scale * (sum_b dx_b ((q + 128) . qx - 128 isum)_b - offset * sum(x)), the
+// 128 * isum correction in integers (block_sums4): with per-channel scales most codes are
+// small, and a float correction would cancel badly. MsInt8D::finish applies scale and offset.
 template <int NA>
 K3_512 void row_ms_int8_n(const MatrixView& w, size_t row, const ActView& a, size_t a0, float* y,
                           size_t ldy) {
-  const uint8_t* p = w.data.data() + row * w.cols;
-  const size_t nb = a.blocks;
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  const __m512i lo_idx = pair_index();
-  const __m512i hi_idx = _mm512_add_epi32(lo_idx, _mm512_set1_epi32(2));
-  __m512 acc0[NA], acc1[NA];
-  __m256 tail[NA];
-  for (int i = 0; i < NA; ++i) {
-    acc0[i] = acc1[i] = _mm512_setzero_ps();
-    tail[i] = _mm256_setzero_ps();
-  }
-  size_t b = 0;
-  for (; b + 4 <= nb; b += 4) {
-    prefetch(p + 32 * b);
-    prefetch(p + 32 * b + 64);
-    const __m512i u0 = _mm512_xor_si512(load512(p + 32 * b), flip);
-    const __m512i u1 = _mm512_xor_si512(load512(p + 32 * b + 64), flip);
-    for (int i = 0; i < NA; ++i) {
-      const size_t ab = (a0 + i) * nb + b;
-      const __m512 dx = _mm512_castps128_ps512(_mm_loadu_ps(a.d + ab));
-      const __m512i n = _mm512_castsi128_si512(load128(a.nisum + ab));
-      const __m512i n0 = _mm512_slli_epi32(_mm512_permutexvar_epi32(lo_idx, n), 4);
-      const __m512i n1 = _mm512_slli_epi32(_mm512_permutexvar_epi32(hi_idx, n), 4);
-      const __m512i s0 = _mm512_dpbusd_epi32(n0, u0, load512(a.qs + 32 * ab));
-      const __m512i s1 = _mm512_dpbusd_epi32(n1, u1, load512(a.qs + 32 * ab + 64));
-      acc0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_permutexvar_ps(lo_idx, dx), acc0[i]);
-      acc1[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_permutexvar_ps(hi_idx, dx), acc1[i]);
-    }
-  }
-  for (; b < nb; ++b) {
-    const __m256i u =
-        _mm256_xor_si256(load256(p + 32 * b), _mm256_set1_epi8(static_cast<char>(0x80)));
-    for (int i = 0; i < NA; ++i) {
-      const size_t ab = (a0 + i) * nb + b;
-      const __m256i s =
-          _mm256_dpbusd_epi32(_mm256_set1_epi32(16 * a.nisum[ab]), u, load256(a.qs + 32 * ab));
-      tail[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a.d[ab]), tail[i]);
-    }
-  }
-  const float off = w.offset.empty() ? 0.0f : w.offset[row];
-  for (int i = 0; i < NA; ++i) {
-    const size_t ar = a0 + i;
-    const float dotu = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i], acc1[i])) + hsum256(tail[i]);
-    y[ar * ldy + row] = w.scale[row] * (dotu - off * a.row_xsum[ar]);
-  }
+  row_q8_n<MsInt8D, NA>(w, row, a, a0, y, ldy);
 }
 
 // ModelSlim int4 (version 1.0.0): packed row `unit` gives rows 2u (low nibbles) and 2u+1
@@ -1219,12 +1151,11 @@ K3_512 void row_q2_k_n(const MatrixView& w, size_t row, const ActView& a, size_t
                        size_t ldy) {
   const uint8_t* p = block_row<256, 84>(w, row);
   const size_t nb = a.blocks;
-  __m512 acc[NA];
-  __m256 accm[NA];
-  for (int i = 0; i < NA; ++i) {
-    acc[i] = _mm512_setzero_ps();
-    accm[i] = _mm256_setzero_ps();
-  }
+  // The block order of q2_k_rows16 (batch invariance): per block the exact integer sums S_b
+  // (codes x scales . activations) and M_b (mins . activation sums), added in block order as
+  // acc = fma(S_b, d dx, acc) and accm = fma(M_b, dmin dx, accm); the row is acc - accm.
+  __m128 acc[NA], accm[NA];
+  for (int i = 0; i < NA; ++i) acc[i] = accm[i] = _mm_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = p + 84 * b;
     prefetch(blk);
@@ -1237,14 +1168,18 @@ K3_512 void row_q2_k_n(const MatrixView& w, size_t row, const ActView& a, size_t
     kquant_block<false, NA>(blk + layout::kQ2KQs, _mm256_setzero_si256(), sc16, a, a0, b, sum);
     for (int i = 0; i < NA; ++i) {
       const size_t ab = (a0 + i) * nb + b;
-      const float dx = a.d[ab];
-      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[i]), _mm512_set1_ps(d * dx), acc[i]);
-      const __m256i msum = _mm256_madd_epi16(mins, load256(a.bsums + 16 * ab));
-      accm[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * dx), accm[i]);
+      const __m128 dx = _mm_set_ss(a.d[ab]);
+      const std::int32_t s = _mm512_reduce_add_epi32(sum[i]);
+      const std::int32_t m = _mm512_reduce_add_epi32(
+          _mm512_zextsi256_si512(_mm256_madd_epi16(mins, load256(a.bsums + 16 * ab))));
+      acc[i] = _mm_fmadd_ss(_mm_cvtsi32_ss(_mm_setzero_ps(), s), _mm_mul_ss(_mm_set_ss(d), dx),
+                            acc[i]);
+      accm[i] = _mm_fmadd_ss(_mm_cvtsi32_ss(_mm_setzero_ps(), m),
+                             _mm_mul_ss(_mm_set_ss(dmin), dx), accm[i]);
     }
   }
   for (int i = 0; i < NA; ++i)
-    y[(a0 + i) * ldy + row] = _mm512_reduce_add_ps(acc[i]) - hsum256(accm[i]);
+    y[(a0 + i) * ldy + row] = _mm_cvtss_f32(_mm_sub_ss(acc[i], accm[i]));
 }
 
 // Q2_K at batch >= kInterleaveMinRows, on the 16-row interleaved activations (one activation

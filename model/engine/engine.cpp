@@ -349,7 +349,7 @@ void Engine::Impl::embed_tokens(std::span<const std::int32_t> ids, Rows& h) cons
     }
   }
   if (layout.attn_tp() > 1)
-    dist::allreduce(groups.attn_tp(), std::span<float>(h), dist::ReduceOp::kSum);
+    dist::allreduce_sum_ordered(groups.attn_tp(), std::span<float>(h));
 }
 
 Engine::Impl::Gathered Engine::Impl::gather_over_tp(const Rows& x, std::size_t n,
@@ -478,7 +478,7 @@ void Engine::Impl::mla(const Layer& L, const Rows& x, std::span<const StepSequen
   out.assign(T * H, 0.0f);
   w.o.apply(o, T, out);
   if (layout.attn_tp() > 1)
-    dist::allreduce(groups.attn_tp(), std::span<float>(out), dist::ReduceOp::kSum);
+    dist::allreduce_sum_ordered(groups.attn_tp(), std::span<float>(out));
 }
 
 // Section 2.4, KDA over this rank's heads.
@@ -577,7 +577,7 @@ void Engine::Impl::kda(const Layer& L, const Rows& x, std::span<const StepSequen
   out.assign(T * H, 0.0f);
   w.o.apply(o, T, out);
   if (layout.attn_tp() > 1)
-    dist::allreduce(groups.attn_tp(), std::span<float>(out), dist::ReduceOp::kSum);
+    dist::allreduce_sum_ordered(groups.attn_tp(), std::span<float>(out));
 }
 
 // SiTU-GLU over this rank's intermediate slice, reduced over `group`. Over TP under DP
@@ -600,7 +600,7 @@ void Engine::Impl::mlp_over(const Mlp& w, dist::GroupKind group, const Rows& x, 
   situ_rows(g, u, static_cast<float>(c.situ_beta), static_cast<float>(c.situ_linear_beta));
   w.down.apply(g, in.total, y);
   const dist::Comm& comm = over_tp ? groups.tp() : groups.get(group);
-  if (comm.size() > 1) dist::allreduce(comm, std::span<float>(y), dist::ReduceOp::kSum);
+  if (comm.size() > 1) dist::allreduce_sum_ordered(comm, std::span<float>(y));
   out.assign(y.begin() + static_cast<std::ptrdiff_t>(in.mine * H),
              y.begin() + static_cast<std::ptrdiff_t>((in.mine + n) * H));
 }

@@ -159,10 +159,21 @@ GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& 
       batch.push_back(step);
       batch_seq.push_back(&s);
     }
-    std::size_t budget = options_.chunked_prefill_size;
+    // A prompt is fed in chunks that end at multiples of chunked_prefill_size (or at its end),
+    // whatever else shares the step: a sequence's chunks, and so its numbers, never depend on
+    // its batch (KDA's chunked form and MLA's blocks follow the chunk boundaries). A chunk that
+    // no longer fits the step's budget waits for the next step, and so do the ones after it.
+    const std::size_t size = options_.chunked_prefill_size;
+    std::size_t budget = size;
+    bool full = false;
     auto add_prefill = [&](Sequence& s) {
-      if (s.decoding || budget == 0) return;
-      const std::size_t chunk = std::min(budget, s.prompt->size() - s.fed);
+      if (s.decoding || full) return;
+      const std::size_t boundary = (s.fed / size + 1) * size;
+      const std::size_t chunk = std::min(boundary, s.prompt->size()) - s.fed;
+      if (chunk > budget) {
+        full = true;
+        return;
+      }
       budget -= chunk;
       StepSequence step;
       step.slot = s.slot;

@@ -2,7 +2,9 @@
 //
 // Each rank passes its DP group's requests (identical on every rank of an attention-TP group).
 // Every step mixes the decode tokens of the running sequences with prefill chunks (at most
-// `chunked_prefill_size` prompt tokens per step) for up to `max_running_requests` sequences.
+// `chunked_prefill_size` prompt tokens per step; each prompt cut at multiples of it, so that
+// a sequence computes the same numbers in any batch) for up to `max_running_requests`
+// sequences.
 // Registered prefixes (the few-shot block shared by every GSM8K prompt) are computed once per
 // DP group into their own slots; a request whose prompt starts with one copies its state (MLA
 // cache, KDA recurrent and conv state) and prefills only the rest. All ranks step in lockstep:

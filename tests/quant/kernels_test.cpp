@@ -16,6 +16,7 @@
 #include "quant/kernels.h"
 #include "quant/quantize.h"
 #include "quant/reference.h"
+#include "quant/repack.h"
 #include "test_util.h"
 
 namespace k3::quant {
@@ -180,6 +181,55 @@ TEST(QuantKernels, GemvGemmAndDotAgree) {
       for (std::size_t r = 0; r < rows; ++r) {
         EXPECT_EQ(yv[r], y[i * rows + r]) << f.label();  // same kernel, same activations
         EXPECT_EQ(dot(m.view(), r, xi), yv[r]) << f.label() << " row " << r;
+      }
+    }
+  }
+}
+
+// Batch invariance (issue 19): a row's outputs are bitwise the same whatever else is in the
+// batch. Every kernel (each ISA here, plain and repacked layouts) adds a row's blocks in one
+// order at every batch size, so activation row i of a batch of n gives what it gives alone.
+TEST(QuantKernels, EveryActivationRowIsTheSameAtAnyBatchSize) {
+  std::mt19937_64 rng(17);
+  const std::vector<std::size_t> batches = {2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 64};
+  for (const Format& f : all_formats())
+  // Whole groups of four 32-blocks, and 13 blocks (a tail of one); 2 and 3 super-blocks.
+  for (const std::size_t cols : traits(f.type).row_multiple == 256
+                                    ? std::vector<std::size_t>{512, 768}
+                                    : std::vector<std::size_t>{512, 416}) {
+    if (f.opt.group_size != 0 && cols % f.opt.group_size != 0) continue;
+    // Tail rows past the groups of 4 and 16 (MS_INT4 packs rows in pairs).
+    const std::size_t rows = f.type == Type::kModelSlimInt4 ? 202 : 203;
+    const std::vector<float> wf = heavy_tailed(rng, rows * cols);
+    const QuantizedMatrix m = quantize(f.type, wf, rows, cols, f.opt);
+    std::vector<std::pair<std::string, Repacked>> packed;
+    if (can_repack(f.type)) {
+      for (std::size_t g : {std::size_t{4}, std::size_t{8}})
+        packed.emplace_back(" by " + std::to_string(g), repack(m.view(), g));
+      if (can_repack_vnni(f.type)) packed.emplace_back(" VNNI", repack_vnni(m.view()));
+    }
+    std::vector<std::pair<std::string, MatrixView>> views = {{"", m.view()}};
+    for (const auto& [label, p] : packed) views.emplace_back(label, p.view());
+    const std::vector<float> x = heavy_tailed(rng, 64 * cols);
+    for (const Isa isa : available_isas()) {
+      for (const auto& [label, view] : views) {
+        const std::string what = f.label() + label + " [" + std::to_string(rows) + " x " +
+                                 std::to_string(cols) + "] on " + std::string(name(isa));
+        std::vector<std::vector<float>> alone(64, std::vector<float>(rows));
+        for (std::size_t i = 0; i < 64; ++i)
+          gemv(view, std::span<const float>(x.data() + i * cols, cols), alone[i], isa);
+        for (const std::size_t n : batches) {
+          const Activations a = Activations::prepare(
+              traits(view.type).act, std::span<const float>(x.data(), n * cols), n, cols);
+          std::vector<float> y(n * rows);
+          gemm(view, a, y, isa);
+          std::size_t bad = 0;
+          for (std::size_t i = 0; i < n; ++i)
+            bad += std::memcmp(alone[i].data(), y.data() + i * rows, rows * sizeof(float)) != 0;
+          EXPECT_EQ(bad, 0u) << what << ": activation rows differing from alone in a batch of "
+                             << n;
+          if (bad != 0) break;
+        }
       }
     }
   }
