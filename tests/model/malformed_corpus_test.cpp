@@ -73,7 +73,8 @@ void edit_json(const fs::path& p, const std::function<void(json&)>& edit) {
   write_bytes(p, j.dump(1));
 }
 
-// The source of every case: the fixture's tiny checkpoint of `kind` (the draft one made here).
+// The source of every case: the fixture's tiny checkpoint of `kind` (ctest's synth_tiny
+// fixtures make them first; a test binary run on its own makes them here).
 fs::path fixture(FormatKind kind) {
   if (kind != FormatKind::kDraft) return test::synthetic_checkpoint(kind);
   const fs::path dir = test::scratch_dir() / "tiny-draft";

@@ -1,4 +1,4 @@
-// bench_quant: GEMV (batch 1) and GEMM (batch 16, 64) for every weight format, in weight bytes
+// bench_quant: GEMV (batch 1) and GEMM (batch 4, 16, 64) for every weight format, in weight bytes
 // per second, next to a plain read bandwidth measured on the very same buffers (pct_of_read),
 // and next to the same read with the kernels' software prefetch (pct_of_read_pf).
 //
@@ -366,7 +366,7 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark(("read/" + base).c_str(), bench_read, f, s)
           ->Unit(benchmark::kMillisecond)
           ->MinTime(0.3);
-      for (std::size_t batch : {1, 16, 64}) {
+      for (std::size_t batch : {1, 4, 16, 64}) {
         benchmark::RegisterBenchmark(("gemm/" + base + "/batch:" + std::to_string(batch)).c_str(),
                                      bench_matmul, f, s, batch)
             ->Unit(benchmark::kMillisecond)
