@@ -115,6 +115,25 @@ void edit_tensor(const fs::path& dir, const std::string& tensor,
   edit_header(dir / shard_holding(dir, tensor), [&](json& h) { edit(h.at(tensor)); });
 }
 
+// The damage that edits one tensor's header entry.
+std::function<void(const fs::path&)> on_tensor(const std::string& tensor,
+                                               std::function<void(json&)> edit) {
+  return [tensor, edit](const fs::path& d) { edit_tensor(d, tensor, edit); };
+}
+
+// Header-entry edits several cases share: the shape's two dimensions swapped; the dtype one of
+// twice the width with half the columns (the same bytes, read as another type).
+void transpose(json& t) {
+  const json s = t["shape"];
+  t["shape"] = json::array({s[1], s[0]});
+}
+std::function<void(json&)> widened_to(const std::string& dtype) {
+  return [dtype](json& t) {
+    t["dtype"] = dtype;
+    t["shape"][1] = t["shape"][1].get<int>() / 2;
+  };
+}
+
 // Renames a stored tensor in its header and in the index (a converter's naming mistake).
 void rename_tensor(const fs::path& dir, const std::string& from, const std::string& to) {
   const std::string shard = shard_holding(dir, from);
@@ -331,60 +350,42 @@ void add_safetensors_cases(std::vector<Case>& cases, FormatKind kind) {
       {shard, "__metadata__"});
 
   // One tensor's header entry
-  add("dtype_unknown", [=](const fs::path& d) { edit_tensor(d, proj, [](json& t) { t["dtype"] = "Q7"; }); },
+  add("dtype_unknown", on_tensor(proj, [](json& t) { t["dtype"] = "Q7"; }),
       {proj, "Q7"});
-  add("dtype_missing", [=](const fs::path& d) { edit_tensor(d, proj, [](json& t) { t.erase("dtype"); }); },
+  add("dtype_missing", on_tensor(proj, [](json& t) { t.erase("dtype"); }),
       {proj, "dtype"});
   add("dtype_wrong_for_role",
-      [=](const fs::path& d) { edit_tensor(d, norm, [](json& t) { t["dtype"] = "I32"; }); },
+      on_tensor(norm, [](json& t) { t["dtype"] = "I32"; }),
       {norm});
-  add("shape_missing", [=](const fs::path& d) { edit_tensor(d, proj, [](json& t) { t.erase("shape"); }); },
+  add("shape_missing", on_tensor(proj, [](json& t) { t.erase("shape"); }),
       {proj, "shape"});
   add("shape_negative",
-      [=](const fs::path& d) { edit_tensor(d, proj, [](json& t) { t["shape"][0] = -1; }); },
+      on_tensor(proj, [](json& t) { t["shape"][0] = -1; }),
       {proj});
-  add("shape_transposed", [=](const fs::path& d) {
-        edit_tensor(d, proj, [](json& t) {
-          auto s = t["shape"];
-          t["shape"] = json::array({s[1], s[0]});
-        });
-      },
+  add("shape_transposed", on_tensor(proj, transpose), {proj});
+  add("shape_extra_dimension", on_tensor(proj, [](json& t) {
+        auto s = t["shape"];
+        t["shape"] = json::array({1, s[0], s[1]});
+      }),
       {proj});
-  add("shape_extra_dimension", [=](const fs::path& d) {
-        edit_tensor(d, proj, [](json& t) {
-          auto s = t["shape"];
-          t["shape"] = json::array({1, s[0], s[1]});
-        });
-      },
+  add("shape_disagrees_with_bytes", on_tensor(proj, [](json& t) { t["shape"][0] = t["shape"][0].get<int>() / 2; }),
       {proj});
-  add("shape_disagrees_with_bytes", [=](const fs::path& d) {
-        edit_tensor(d, proj, [](json& t) { t["shape"][0] = t["shape"][0].get<int>() / 2; });
-      },
+  add("offsets_reversed", on_tensor(proj, [](json& t) {
+        auto o = t["data_offsets"];
+        t["data_offsets"] = json::array({o[1], o[0]});
+      }),
       {proj});
-  add("offsets_reversed", [=](const fs::path& d) {
-        edit_tensor(d, proj, [](json& t) {
-          auto o = t["data_offsets"];
-          t["data_offsets"] = json::array({o[1], o[0]});
-        });
-      },
+  add("offsets_overlap_a_neighbour", on_tensor(proj, [](json& t) {
+        auto o = t["data_offsets"];
+        const auto b = o[0].get<std::uint64_t>(), e = o[1].get<std::uint64_t>();
+        t["data_offsets"] = json::array({b == 0 ? 2 : b - 2, b == 0 ? e + 2 : e - 2});
+      }),
       {proj});
-  add("offsets_overlap_a_neighbour", [=](const fs::path& d) {
-        edit_tensor(d, proj, [](json& t) {
-          auto o = t["data_offsets"];
-          const auto b = o[0].get<std::uint64_t>(), e = o[1].get<std::uint64_t>();
-          t["data_offsets"] = json::array({b == 0 ? 2 : b - 2, b == 0 ? e + 2 : e - 2});
-        });
-      },
+  add("offsets_past_the_end", on_tensor(proj, [](json& t) {
+        t["data_offsets"] = json::array({1ull << 40, (1ull << 40) + 64});
+      }),
       {proj});
-  add("offsets_past_the_end", [=](const fs::path& d) {
-        edit_tensor(d, proj, [](json& t) {
-          t["data_offsets"] = json::array({1ull << 40, (1ull << 40) + 64});
-        });
-      },
-      {proj});
-  add("offsets_not_numbers", [=](const fs::path& d) {
-        edit_tensor(d, proj, [](json& t) { t["data_offsets"] = json::array({"0", "64"}); });
-      },
+  add("offsets_not_numbers", on_tensor(proj, [](json& t) { t["data_offsets"] = json::array({"0", "64"}); }),
       {proj, "data_offsets"});
 
   // Tensors of the model
@@ -490,24 +491,14 @@ void add_modelslim_cases(std::vector<Case>& cases) {
         rename_tensor(d, w8 + "_scale", w8 + "_scale_lost");
       },
       {"weight_scale"});
-  add("weight_offset_wrong_dtype", [=](const fs::path& d) {
-        edit_tensor(d, w8 + "_offset", [](json& t) { t["dtype"] = "I8"; });
-      },
+  add("weight_offset_wrong_dtype", on_tensor(w8 + "_offset", [](json& t) { t["dtype"] = "I8"; }),
       {"weight_offset"});
-  add("int4_packed_shape_wrong", [=](const fs::path& d) {
-        edit_tensor(d, w4, [](json& t) {
-          auto s = t["shape"];
-          t["shape"] = json::array({s[0].get<int>() * 2, s[1].get<int>() / 2});
-        });
-      },
+  add("int4_packed_shape_wrong", on_tensor(w4, [](json& t) {
+        auto s = t["shape"];
+        t["shape"] = json::array({s[0].get<int>() * 2, s[1].get<int>() / 2});
+      }),
       {w4});
-  add("int8_weight_stored_float", [=](const fs::path& d) {
-        edit_tensor(d, w8, [](json& t) {
-          t["dtype"] = "BF16";
-          t["shape"][1] = t["shape"][1].get<int>() / 2;
-        });
-      },
-      {w8});
+  add("int8_weight_stored_float", on_tensor(w8, widened_to("BF16")), {w8});
 }
 
 void add_hf_cases(std::vector<Case>& cases) {
@@ -520,26 +511,14 @@ void add_hf_cases(std::vector<Case>& cases) {
     cases.push_back({"hf_" + name, FormatKind::kHf, std::move(damage), std::move(says)});
   };
   add("mxfp4_scale_not_u8",
-      [=](const fs::path& d) { edit_tensor(d, scale, [](json& t) { t["dtype"] = "I8"; }); },
+      on_tensor(scale, [](json& t) { t["dtype"] = "I8"; }),
       {scale, "U8"});
   add("mxfp4_scale_missing", [=](const fs::path& d) { rename_tensor(d, scale, scale + "_x"); },
       {scale});
-  add("mxfp4_packed_shape_wrong", [=](const fs::path& d) {
-        edit_tensor(d, packed, [](json& t) {
-          auto s = t["shape"];
-          t["shape"] = json::array({s[1], s[0]});
-        });
-      },
-      {packed});
+  add("mxfp4_packed_shape_wrong", on_tensor(packed, transpose), {packed});
   add("expert_missing", [=](const fs::path& d) { rename_tensor(d, packed, packed + "_gone"); },
       {packed});
-  add("kv_b_proj_bf16_as_f32", [=](const fs::path& d) {
-        edit_tensor(d, kvb, [](json& t) {
-          t["dtype"] = "F32";
-          t["shape"][1] = t["shape"][1].get<int>() / 2;
-        });
-      },
-      {kvb});
+  add("kv_b_proj_bf16_as_f32", on_tensor(kvb, widened_to("F32")), {kvb});
 }
 
 void add_draft_cases(std::vector<Case>& cases) {
