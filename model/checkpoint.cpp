@@ -135,7 +135,7 @@ FormatKind detect_format(const fs::path& path) {
                      " but no config.json (the model's configuration)");
   }
   if (description) return FormatKind::kModelSlim;
-  if (safetensors && fs::exists(path / "config.json")) {
+  if (safetensors) {
     const std::string type = read_json_file(path / "config.json", [](const json& cfg) {
       return cfg.is_object() && cfg.contains("model_type") && cfg["model_type"].is_string()
                  ? cfg["model_type"].get<std::string>()

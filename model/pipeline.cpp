@@ -11,6 +11,7 @@
 #include "common/wire.h"
 #include "dist/collectives.h"
 #include "model/parameters.h"
+#include "model/tokenizer_files.h"
 #include "model/wire.h"
 
 namespace k3::model {
@@ -18,6 +19,12 @@ namespace k3::model {
 namespace {
 
 constexpr int kPlanningRank = 0;
+
+// The tokenizer is part of a main-model checkpoint: it must parse and its ids must fit
+// vocab_size before any tensor data is read (a draft uses its target's).
+void check_tokenizer(const std::filesystem::path& path, const Checkpoint& checkpoint) {
+  if (!checkpoint.format().has(Capability::kDraftModel)) open_tokenizer(path, checkpoint.config());
+}
 
 std::string join_problems(const std::string& what, const std::vector<std::string>& problems) {
   std::string text = std::to_string(problems.size()) + " " + what + ":";
@@ -74,6 +81,7 @@ JobPlan plan_job(const std::filesystem::path& path, std::optional<FormatKind> lo
                  const dist::Layout& layout, const std::function<void(const Checkpoint&)>& checks) {
   Checkpoint checkpoint = Checkpoint::open(path, load_format);
   if (checks) checks(checkpoint);
+  check_tokenizer(path, checkpoint);
   BindResult bound = bind_for_layout(checkpoint, layout);
   return {std::move(checkpoint), std::move(bound)};
 }
@@ -216,6 +224,7 @@ Preflight preflight(dist::Runtime& runtime, const dist::Layout& layout,
     checkpoint->add_headers(std::move(headers));
     const double t_index = seconds_since(t0);
     if (options.checks) options.checks(*checkpoint);
+    check_tokenizer(options.path, *checkpoint);
     const BindResult bound = bind_for_layout(*checkpoint, layout);
     const double t_bind = seconds_since(t0);
     plans = encode_plans(*checkpoint, bound, layout);

@@ -33,7 +33,8 @@ struct JobPlan {
   BindResult bound;
 };
 
-// Opens and binds in this process. `checks` run on the opened checkpoint before binding.
+// Opens and binds in this process. `checks` run on the opened checkpoint before binding, then
+// the tokenizer is checked (open_tokenizer with the config; not for a draft).
 JobPlan plan_job(const std::filesystem::path& path, std::optional<FormatKind> load_format,
                  const dist::Layout& layout,
                  const std::function<void(const Checkpoint&)>& checks = {});

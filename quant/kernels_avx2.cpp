@@ -185,6 +185,18 @@ struct Mxfp4PackedW {
   }
 };
 
+// The int32 lanes of one block's dot (lane l: elements 4l .. 4l+3), the offset of unsigned
+// codes taken out per lane. row_q8_n and the repacked GEMV both form a block's lanes here, so
+// they give a row the same bits.
+template <class W>
+K3_AVX2_INLINE __m256i block_lanes(__m256i q, __m256i x, std::int32_t isum) {
+  if constexpr (W::kSigned) {
+    return dot_s8s8(q, x);
+  } else {
+    return _mm256_sub_epi32(dot_u8s8(q, x), _mm256_set1_epi32(isum));
+  }
+}
+
 template <class W, int NA>
 K3_AVX2_INLINE void q8_block(const MatrixView& w, const uint8_t* p, size_t row, const ActView& a,
                              size_t a0, size_t b, __m256* acc) {
@@ -195,13 +207,7 @@ K3_AVX2_INLINE void q8_block(const MatrixView& w, const uint8_t* p, size_t row, 
   const float dw = W::scale(w, row, blk, b);
   for (int i = 0; i < NA; ++i) {
     const size_t ab = (a0 + i) * nb + b;
-    const __m256i x = load256(a.qs + 32 * ab);
-    __m256i s;
-    if constexpr (W::kSigned) {
-      s = dot_s8s8(q, x);
-    } else {
-      s = _mm256_sub_epi32(dot_u8s8(q, x), _mm256_set1_epi32(a.isum[ab]));
-    }
+    const __m256i s = block_lanes<W>(q, load256(a.qs + 32 * ab), a.isum[ab]);
     acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * a.d[ab]), acc[i]);
   }
 }
@@ -533,13 +539,7 @@ K3_AVX2 void gemv_group(const MatrixView& w, size_t r0, const ActView& a, float*
     _mm_store_ps(dw_dx, sc);
     for (int r = 0; r < 4; ++r) {
       // The row decoders read a block as [scale][payload]: point kSb bytes before the payload.
-      const __m256i q = W::decode(p + 4 * kSb + kQb * r - kSb);
-      __m256i s;
-      if constexpr (W::kSigned) {
-        s = dot_s8s8(q, x);
-      } else {
-        s = _mm256_sub_epi32(dot_u8s8(q, x), _mm256_set1_epi32(a.isum[b]));
-      }
+      const __m256i s = block_lanes<W>(W::decode(p + 4 * kSb + kQb * r - kSb), x, a.isum[b]);
       acc[b & 1][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw_dx[r]), acc[b & 1][r]);
     }
   }

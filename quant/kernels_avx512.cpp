@@ -67,18 +67,6 @@ K3_512_INLINE float hsum256(__m256 v) {
 K3_512_INLINE __m512i pair_index() {
   return _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
 }
-K3_512_INLINE __m512 spread2(__m128 v) {
-  return _mm512_permutexvar_ps(pair_index(), _mm512_castps128_ps512(v));
-}
-K3_512_INLINE __m512i spread2i(__m128i v) {
-  return _mm512_permutexvar_epi32(pair_index(), _mm512_castsi128_si512(v));
-}
-
-// Two f16 scales at p and p + stride -> [d0, d1, ...].
-K3_512_INLINE __m128 half2(const uint8_t* p, size_t stride) {
-  const std::uint32_t bits = load_u16(p) | (static_cast<std::uint32_t>(load_u16(p + stride)) << 16);
-  return _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(bits)));
-}
 
 // Four f16 scales at p + k * stride -> [d0, d1, d2, d3]: one conversion for four blocks.
 K3_512_INLINE __m128 half4(const uint8_t* p, size_t stride) {
@@ -100,9 +88,6 @@ constexpr std::array<float, 256> make_e8m0_table() {
 }
 constexpr std::array<float, 256> kE8m0Half = make_e8m0_table();  // == e8m0_half(e)
 
-K3_512_INLINE __m128 e8m0_2(uint8_t e0, uint8_t e1) {
-  return _mm_unpacklo_ps(_mm_set_ss(kE8m0Half[e0]), _mm_set_ss(kE8m0Half[e1]));
-}
 // 2^(e - 128) for four E8M0 bytes packed in a u32: vscalefps is exact, subnormals included.
 K3_512_INLINE __m128 e8m0_4(std::uint32_t packed) {
   const __m128 e = _mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(static_cast<int>(packed))));
@@ -315,7 +300,6 @@ struct Q8_0D {
   K3_512_INLINE __m256i decode1(size_t b) const {
     return _mm256_xor_si256(load256(p + 34 * b + 2), _mm256_set1_epi8(static_cast<char>(0x80)));
   }
-  K3_512_INLINE __m128 scale2(size_t b) const { return half2(p + 34 * b, 34); }
   K3_512_INLINE __m128 scale4(size_t b) const { return half4(p + 34 * b, 34); }
   K3_512_INLINE float scale1(size_t b) const { return _cvtsh_ss(load_u16(p + 34 * b)); }
 };
@@ -332,7 +316,6 @@ struct Q4_0D {
     return nibbles2(p + 18 * b + 2, p + 18 * b + 20);
   }
   K3_512_INLINE __m256i decode1(size_t b) const { return nibbles1(p + 18 * b + 2); }
-  K3_512_INLINE __m128 scale2(size_t b) const { return half2(p + 18 * b, 18); }
   K3_512_INLINE __m128 scale4(size_t b) const { return half4(p + 18 * b, 18); }
   K3_512_INLINE float scale1(size_t b) const { return _cvtsh_ss(load_u16(p + 18 * b)); }
 };
@@ -353,7 +336,6 @@ struct Mxfp4D {
     return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(mxfp4_table()),
                                nibbles1(p + 17 * b + 1));
   }
-  K3_512_INLINE __m128 scale2(size_t b) const { return e8m0_2(p[17 * b], p[17 * b + 17]); }
   K3_512_INLINE __m128 scale4(size_t b) const {
     const uint8_t* e = p + 17 * b;
     return e8m0_4(e[0] | (static_cast<std::uint32_t>(e[17]) << 8) |
@@ -381,7 +363,6 @@ struct Mxfp4PackedD {
   K3_512_INLINE __m256i decode1(size_t b) const {
     return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(mxfp4_table()), nibbles1(p + 16 * b));
   }
-  K3_512_INLINE __m128 scale2(size_t b) const { return e8m0_2(e[b], e[b + 1]); }
   K3_512_INLINE __m128 scale4(size_t b) const {
     std::uint32_t packed;
     std::memcpy(&packed, e + b, sizeof packed);
@@ -405,7 +386,6 @@ struct MsInt8D {
     return _mm512_xor_si512(load512(p + 32 * b), _mm512_set1_epi8(static_cast<char>(0x80)));
   }
   K3_512_INLINE float scale1(size_t) const { return 1.0f; }
-  K3_512_INLINE __m128 scale2(size_t) const { return _mm_set1_ps(1.0f); }
   K3_512_INLINE __m128 scale4(size_t) const { return _mm_set1_ps(1.0f); }
   static float finish(const MatrixView& w, size_t row, const ActView& a, size_t act, float v) {
     const float off = w.offset.empty() ? 0.0f : w.offset[row];
@@ -683,7 +663,6 @@ struct RQ8_0D : RepackedRow<2, 32> {
   K3_512_INLINE __m256i decode1(size_t b) const {
     return _mm256_xor_si256(load256(q + kStride * b), _mm256_set1_epi8(static_cast<char>(0x80)));
   }
-  K3_512_INLINE __m128 scale2(size_t b) const { return half2(s + kStride * b, kStride); }
   K3_512_INLINE __m128 scale4(size_t b) const { return half4(s + kStride * b, kStride); }
   K3_512_INLINE float scale1(size_t b) const { return _cvtsh_ss(load_u16(s + kStride * b)); }
 };
@@ -695,7 +674,6 @@ struct RQ4_0D : RepackedRow<2, 16> {
     return nibbles2(q + kStride * b, q + kStride * (b + 1));
   }
   K3_512_INLINE __m256i decode1(size_t b) const { return nibbles1(q + kStride * b); }
-  K3_512_INLINE __m128 scale2(size_t b) const { return half2(s + kStride * b, kStride); }
   K3_512_INLINE __m128 scale4(size_t b) const { return half4(s + kStride * b, kStride); }
   K3_512_INLINE float scale1(size_t b) const { return _cvtsh_ss(load_u16(s + kStride * b)); }
 };
@@ -710,9 +688,6 @@ struct RMxfp4D : RepackedRow<1, 16> {
   K3_512_INLINE __m256i decode1(size_t b) const {
     return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(mxfp4_table()),
                                nibbles1(q + kStride * b));
-  }
-  K3_512_INLINE __m128 scale2(size_t b) const {
-    return e8m0_2(s[kStride * b], s[kStride * (b + 1)]);
   }
   K3_512_INLINE __m128 scale4(size_t b) const {
     const uint8_t* e = s + kStride * b;

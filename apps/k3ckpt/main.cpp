@@ -216,13 +216,7 @@ int plan(const std::vector<std::string>& args) {
   spec.world = world;
   const dist::Layout layout = dist::Layout::make(spec);
   const auto t0 = Clock::now();
-  // The tokenizer is part of what pre-flight checks (k3eval --plan-only does the same); a
-  // draft uses its target's.
-  const model::JobPlan job =
-      model::plan_job(dir, load_format(format), layout, [&](const model::Checkpoint& ck) {
-        if (!ck.format().has(model::Capability::kDraftModel))
-          model::open_tokenizer(dir, ck.config());
-      });
+  const model::JobPlan job = model::plan_job(dir, load_format(format), layout);
   const model::Checkpoint& ck = job.checkpoint;
   const model::BindResult& bound = job.bound;
   const double t_open = seconds_since(t0);

@@ -10,7 +10,6 @@
 
 #include "dist/collectives.h"
 #include "model/format.h"
-#include "model/tokenizer_files.h"
 
 namespace k3::apps {
 
@@ -129,14 +128,11 @@ LoadedModel plan_model(dist::Runtime& runtime, const dist::Groups& groups,
   model::PreflightOptions main_options;
   main_options.path = options.model_path;
   main_options.load_format = format;
-  main_options.checks = [&options](const model::Checkpoint& ck) {
+  main_options.checks = [](const model::Checkpoint& ck) {
     if (ck.format().has(model::Capability::kDraftModel)) {
       throw InputError(ck.root() +
                        ": --model-path holds a draft model; pass it with --draft-model-path");
     }
-    // The tokenizer is part of the checkpoint: a broken one fails here, before any tensor data
-    // is read, in --plan-only and --load-only too.
-    model::open_tokenizer(options.model_path, ck.config());
   };
   out.main.preflight.emplace(model::preflight(runtime, layout, main_options));
   log_planned("model", out.main);

@@ -18,6 +18,7 @@
 #include "model/wire.h"
 #include "quant/quantize.h"
 #include "quant/reference.h"
+#include "tests/model/checkpoint_edits.h"
 #include "tests/model/test_dirs.h"
 
 namespace k3::model {
@@ -216,31 +217,8 @@ TEST(DataFreeChecks, GgufLatentProjectionMayBeAnyGgmlType) {
   EXPECT_EQ(first_problem(dir), "no problem");
 }
 
-// Rewrites one shard's header through `edit`, keeping the data section as it is.
-void edit_header(const fs::path& shard, const std::function<void(json&)>& edit,
-                 bool keep_length = false) {
-  std::ifstream in(shard, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
-  std::uint64_t len = 0;
-  std::memcpy(&len, bytes.data(), 8);
-  json h = json::parse(std::string(bytes.data() + 8, len));
-  edit(h);
-  std::string text = h.dump();
-  if (keep_length)
-    text.resize(len, ' ');
-  else
-    text.append((8 - text.size() % 8) % 8, ' ');
-  const std::uint64_t new_len = text.size();
-  std::ofstream out(shard, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(&new_len), 8);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  out.write(bytes.data() + 8 + len, static_cast<std::streamsize>(bytes.size() - 8 - len));
-}
-
-fs::path shard_holding(const fs::path& dir, const std::string& tensor) {
-  const json index = json::parse(std::ifstream(dir / "model.safetensors.index.json"));
-  return dir / index["weight_map"][tensor].get<std::string>();
-}
+using test::edit_header;
+using test::shard_holding;
 
 TEST(DataFreeChecks, ModelSlimWithoutKvBProj) {
   const fs::path dir = copy_of(FormatKind::kModelSlim, "ms-no-kvb");
@@ -373,8 +351,7 @@ TEST(DataFreeChecks, DtypeDisagreesWithItsRole) {
   const fs::path dir = copy_of(FormatKind::kHf, "hf-bad-dtype");
   const std::string name =
       "language_model.model.layers.1.block_sparse_moe.experts.7.w3.weight_scale";
-  edit_header(
-      shard_holding(dir, name), [&](json& h) { h[name]["dtype"] = "I8"; }, true);
+  edit_header(shard_holding(dir, name), [&](json& h) { h[name]["dtype"] = "I8"; });
   EXPECT_EQ(first_problem(dir), "format hf: capability fp4_routed_experts: '" + name +
                                     "' must be U8 (compressed-tensors MXFP4), got I8");
 }
@@ -406,8 +383,7 @@ TEST(DataFreeChecks, HeaderOffsetsPastTheEndOrOverlapping) {
         auto off = h[b.name]["data_offsets"];
         h[b.name]["data_offsets"] = {off[0].get<std::uint64_t>() - 2,
                                      off[1].get<std::uint64_t>() - 2};
-      },
-      true);
+      });
   std::string p = first_problem(dir);
   EXPECT_EQ(p, shard.string() + ": tensors '" + a.name + "' and '" + b.name +
                    "' overlap at file byte " + std::to_string(b.offset - 2))
@@ -423,8 +399,7 @@ TEST(DataFreeChecks, HeaderOffsetsPastTheEndOrOverlapping) {
         auto off = h[last.name]["data_offsets"];
         h[last.name]["data_offsets"] = {off[0].get<std::uint64_t>() + 64,
                                         off[1].get<std::uint64_t>() + 64};
-      },
-      true);
+      });
   p = first_problem(dir2);
   EXPECT_NE(
       p.find(shard2.string() + ": file is truncated: tensor '" + last.name + "' ends at byte"),

@@ -25,7 +25,7 @@
 #include "model/checkpoint.h"
 #include "model/gguf.h"
 #include "model/pipeline.h"
-#include "model/tokenizer_files.h"
+#include "tests/model/checkpoint_edits.h"
 #include "tests/model/test_dirs.h"
 
 namespace k3::model {
@@ -33,21 +33,13 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using test::edit_header;
+using test::edit_json;
+using test::read_bytes;
+using test::shard_holding;
+using test::write_bytes;
 
 // ------------------------------------------------------------------------------------ files
-
-std::string read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::string s(fs::file_size(p), '\0');
-  in.read(s.data(), static_cast<std::streamsize>(s.size()));
-  return s;
-}
-
-// Copies are hard links, so a write must replace the file, never change it in place.
-void write_bytes(const fs::path& p, const std::string& bytes) {
-  fs::remove(p);
-  std::ofstream(p, std::ios::binary) << bytes;
-}
 
 void patch(const fs::path& p, std::size_t at, const std::string& bytes) {
   std::string s = read_bytes(p);
@@ -65,12 +57,6 @@ std::string le(std::uint64_t v, std::size_t bytes) {
   std::string s(bytes, '\0');
   std::memcpy(s.data(), &v, bytes);
   return s;
-}
-
-void edit_json(const fs::path& p, const std::function<void(json&)>& edit) {
-  json j = json::parse(read_bytes(p));
-  edit(j);
-  write_bytes(p, j.dump(1));
 }
 
 // The source of every case: the fixture's tiny checkpoint of `kind` (ctest's synth_tiny
@@ -93,26 +79,9 @@ fs::path fixture(FormatKind kind) {
 
 const char* const kIndex = "model.safetensors.index.json";
 
-std::string shard_holding(const fs::path& dir, const std::string& tensor) {
-  return json::parse(read_bytes(dir / kIndex))["weight_map"].at(tensor).get<std::string>();
-}
-
-// Rewrites a shard's header through `edit`; the data section is kept byte for byte.
-void edit_header(const fs::path& shard, const std::function<void(json&)>& edit) {
-  const std::string bytes = read_bytes(shard);
-  std::uint64_t len = 0;
-  std::memcpy(&len, bytes.data(), 8);
-  json h = json::parse(bytes.substr(8, len));
-  edit(h);
-  std::string text = h.dump();
-  text.resize(len > text.size() ? len : text.size() + (8 - text.size() % 8) % 8, ' ');
-  // A longer header moves the data: offsets are relative to the data section, so they hold.
-  write_bytes(shard, le(text.size(), 8) + text + bytes.substr(8 + len));
-}
-
 void edit_tensor(const fs::path& dir, const std::string& tensor,
                  const std::function<void(json&)>& edit) {
-  edit_header(dir / shard_holding(dir, tensor), [&](json& h) { edit(h.at(tensor)); });
+  edit_header(shard_holding(dir, tensor), [&](json& h) { edit(h.at(tensor)); });
 }
 
 // The damage that edits one tensor's header entry.
@@ -136,7 +105,7 @@ std::function<void(json&)> widened_to(const std::string& dtype) {
 
 // Renames a stored tensor in its header and in the index (a converter's naming mistake).
 void rename_tensor(const fs::path& dir, const std::string& from, const std::string& to) {
-  const std::string shard = shard_holding(dir, from);
+  const std::string shard = shard_holding(dir, from).filename().string();
   edit_header(dir / shard, [&](json& h) {
     h[to] = h.at(from);
     h.erase(from);
@@ -233,9 +202,7 @@ struct Case {
 std::string preflight_message(const fs::path& dir) {
   const dist::Layout layout = dist::Layout::make(dist::LayoutSpec{});
   try {
-    const JobPlan job = plan_job(dir, std::nullopt, layout, [&](const Checkpoint& ck) {
-      if (!ck.format().has(Capability::kDraftModel)) open_tokenizer(dir, ck.config());
-    });
+    const JobPlan job = plan_job(dir, std::nullopt, layout);
     load_rank(job, layout, 0);
   } catch (const InputError& e) {
     EXPECT_EQ(e.exit_code(), ExitCode::kInput);
