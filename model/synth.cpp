@@ -1,7 +1,9 @@
 #include "model/synth.h"
 
+#include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -45,45 +47,141 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-void synth_values(std::uint64_t seed, const std::string& name, std::int64_t fan_in, float* out,
-                  std::size_t n, std::size_t first_index) {
+namespace {
+
+// The well-conditioned synthetic model (docs/ENGINE.md, "The synthetic model"): a unit-RMS
+// embedding dominates the residual stream and every residual branch adds a modest update, so
+// a relative error e in any op moves the logits by a fraction of e, not a multiple.
+constexpr float kAttentionOutputGain = 0.3f;  // o_proj: attention adds ~15 % of the stream
+constexpr float kMlpOutputGain = 0.25f;       // dense and shared-expert down_proj
+constexpr float kLatentOutputGain = 0.1f;     // routed_expert_up_proj reads a unit-RMS norm
+// AttnRes scores (a source's RMS-normed value . norm . proj) spread ~0.3 instead of ~1: every
+// source keeps a share of the mix, so the exact embedding bank stays a large part of it.
+constexpr float kAttnResScoreGain = 0.3f;
+// Routing: each token's embedding carries experts_per_token of num_experts orthonormal
+// directions with this weight; each MoE router row reads one direction (a seeded permutation
+// per layer). The chosen experts' logits then lead the rest by several units, so rounding never
+// flips a token's top-k, while which experts a token takes still varies from token to token.
+constexpr float kRoutingSignature = 8.0f;
+constexpr float kRouterGain = 0.5f;
+// The LM head: 1 in kFrequentEvery ordinary tokens has rows kFrequentGain times longer, so the
+// next-token distribution is peaked (a clear greedy margin) instead of 4352 similar logits.
+constexpr int kFrequentEvery = 64;
+constexpr float kFrequentGain = 4.0f;
+
+// Routing direction j in a space of `width`: DCT-II basis vector j + 1 with a seeded sign per
+// coordinate, so the directions are exactly orthonormal and have no large coordinates.
+float routing_direction(std::uint64_t seed, int j, std::int64_t d, std::int64_t width) {
+  const bool flip = splitmix(seed ^ 0x726f7574696e67ull ^ static_cast<std::uint64_t>(d)) & 1;
+  const double v = std::sqrt(2.0 / static_cast<double>(width)) *
+                   std::cos(M_PI * (static_cast<double>(d) + 0.5) * (j + 1) /
+                            static_cast<double>(width));
+  return static_cast<float>(flip ? -v : v);
+}
+
+// The experts_per_token distinct routing directions token `token` carries.
+std::vector<int> token_directions(std::uint64_t seed, std::int64_t token,
+                                  const SynthStructure& s) {
+  std::vector<int> out;
+  std::uint64_t state = splitmix(seed ^ 0x746f6b656e736574ull) + static_cast<std::uint64_t>(token);
+  while (static_cast<int>(out.size()) < s.experts_per_token) {
+    state = splitmix(state);
+    const int j = static_cast<int>(state % static_cast<std::uint64_t>(s.num_experts));
+    if (std::find(out.begin(), out.end(), j) == out.end()) out.push_back(j);
+  }
+  return out;
+}
+
+bool routing_fits(const SynthStructure& s, std::int64_t width) {
+  return s.num_experts > 0 && s.experts_per_token > 0 &&
+         s.experts_per_token <= s.num_experts && s.num_experts < width;
+}
+
+}  // namespace
+
+void synth_values(std::uint64_t seed, const std::string& name, std::int64_t fan_in,
+                  const SynthStructure& structure, float* out, std::size_t n,
+                  std::size_t first_index) {
   const std::uint64_t base = splitmix(seed ^ hash_name(name));
   auto uniform = [&](std::size_t i, int k) {  // in [-1, 1)
     const std::uint64_t r = splitmix(base + 2 * (first_index + i) + static_cast<std::uint64_t>(k));
     return static_cast<float>(static_cast<double>(r >> 11) * 0x1p-53 * 2.0 - 1.0);
   };
-  enum class Kind { kNorm, kALog, kSmallBias, kConv, kMatrix };
-  Kind kind = Kind::kMatrix;
-  if (ends_with(name, "norm.weight"))
-    kind = Kind::kNorm;
-  else if (ends_with(name, "A_log"))
-    kind = Kind::kALog;
-  else if (ends_with(name, "dt_bias") || ends_with(name, "e_score_correction_bias"))
-    kind = Kind::kSmallBias;
-  else if (ends_with(name, "conv1d.weight"))
-    kind = Kind::kConv;
-  // Roughly normal (sum of two uniforms) with variance 1/fan_in keeps activations bounded.
-  const float matrix_scale =
-      std::sqrt(1.5f / static_cast<float>(std::max<std::int64_t>(fan_in, 1)));
-  oneapi::tbb::parallel_for(std::size_t{0}, n, [&](std::size_t i) {
-    switch (kind) {
-      case Kind::kNorm:
-        out[i] = 1.0f + 0.1f * uniform(i, 0);
-        break;
-      case Kind::kALog:
-        out[i] = std::log(1.0f + 7.5f * (uniform(i, 0) + 1.0f));
-        break;  // exp in [1, 16]
-      case Kind::kSmallBias:
-        out[i] = 0.05f * uniform(i, 0);
-        break;
-      case Kind::kConv:
-        out[i] = 0.5f * uniform(i, 0);
-        break;
-      case Kind::kMatrix:
-        out[i] = (uniform(i, 0) + uniform(i, 1)) * matrix_scale;
-        break;
+  // Roughly normal (sum of two uniforms); this scale gives it variance 1/fan_in, so a product
+  // keeps its input's RMS.
+  const std::int64_t width = std::max<std::int64_t>(fan_in, 1);
+  const float matrix_scale = std::sqrt(1.5f / static_cast<float>(width));
+  auto normal = [&](std::size_t i) { return (uniform(i, 0) + uniform(i, 1)) * matrix_scale; };
+  auto coordinates = [&](std::size_t i) {
+    const std::size_t at = first_index + i;
+    return std::pair{static_cast<std::int64_t>(at / static_cast<std::size_t>(width)),
+                     static_cast<std::int64_t>(at % static_cast<std::size_t>(width))};
+  };
+  auto each = [&](auto&& value) {
+    oneapi::tbb::parallel_for(std::size_t{0}, n, [&](std::size_t i) { out[i] = value(i); });
+  };
+
+  if (ends_with(name, "norm.weight")) {
+    each([&](std::size_t i) { return 1.0f + 0.1f * uniform(i, 0); });
+  } else if (ends_with(name, "A_log")) {
+    each([&](std::size_t i) { return std::log(1.0f + 1.5f * (uniform(i, 0) + 1.0f)); });
+  } else if (ends_with(name, "dt_bias") || ends_with(name, "e_score_correction_bias")) {
+    each([&](std::size_t i) { return 0.05f * uniform(i, 0); });
+  } else if (ends_with(name, "conv1d.weight")) {
+    each([&](std::size_t i) { return 0.5f * uniform(i, 0); });
+  } else if (ends_with(name, "embed_tokens.weight")) {
+    // Unit RMS plus the token's routing directions.
+    const bool routed = routing_fits(structure, width);
+    const float unit = std::sqrt(static_cast<float>(width));
+    oneapi::tbb::parallel_for(
+        oneapi::tbb::blocked_range<std::size_t>(0, n, 4096), [&](const auto& range) {
+          std::int64_t row = -1;
+          std::vector<int> directions;
+          for (std::size_t i = range.begin(); i != range.end(); ++i) {
+            const auto [r, d] = coordinates(i);
+            if (routed && r != row) directions = token_directions(seed, r, structure);
+            row = r;
+            float v = normal(i) * unit;
+            for (int j : directions)
+              v += kRoutingSignature * routing_direction(seed, j, d, width);
+            out[i] = v;
+          }
+        });
+  } else if (ends_with(name, "block_sparse_moe.gate.weight") && routing_fits(structure, width)) {
+    // Row e reads direction of_expert[e]: a seeded permutation per layer (the name).
+    std::vector<int> of_expert(static_cast<std::size_t>(structure.num_experts));
+    for (int e = 0; e < structure.num_experts; ++e) of_expert[static_cast<std::size_t>(e)] = e;
+    std::uint64_t state = base;
+    for (std::size_t e = of_expert.size(); e > 1; --e) {
+      state = splitmix(state);
+      std::swap(of_expert[e - 1], of_expert[state % e]);
     }
-  });
+    each([&](std::size_t i) {
+      const auto [e, d] = coordinates(i);
+      return kRouterGain * routing_direction(seed, of_expert[static_cast<std::size_t>(e)], d, width);
+    });
+  } else if (ends_with(name, "lm_head.weight")) {
+    each([&](std::size_t i) {
+      const auto [token, d] = coordinates(i);
+      const bool frequent =
+          token < structure.ordinary_tokens &&
+          splitmix(seed ^ 0x6672657175656e74ull ^ static_cast<std::uint64_t>(token)) %
+                  kFrequentEvery == 0;
+      return normal(i) * (frequent ? kFrequentGain : 1.0f);
+    });
+  } else {
+    float gain = 1.0f;
+    if (ends_with(name, "self_attn.o_proj.weight"))
+      gain = kAttentionOutputGain;
+    else if (ends_with(name, "mlp.down_proj.weight") ||
+             ends_with(name, "shared_experts.down_proj.weight"))
+      gain = kMlpOutputGain;
+    else if (ends_with(name, "routed_expert_up_proj.weight"))
+      gain = kLatentOutputGain;
+    else if (ends_with(name, "res_proj.weight"))
+      gain = kAttnResScoreGain;
+    each([&](std::size_t i) { return normal(i) * gain; });
+  }
 }
 
 namespace {
@@ -119,15 +217,15 @@ std::int64_t numel(const std::vector<std::int64_t>& s) {
 // Collects the tensors of one checkpoint, then writes them into shards.
 class Collector {
  public:
-  Collector(const SynthOptions& o, int experts_per_token)
-      : o_(o), experts_per_token_(experts_per_token) {}
+  Collector(const SynthOptions& o, const SynthStructure& structure)
+      : o_(o), structure_(structure) {}
 
   std::vector<float> values(const std::string& logical, const std::vector<std::int64_t>& shape,
                             std::size_t first = 0, std::int64_t count = -1) const {
     if (o_.header_only) return {};  // shapes only: no values at all (the full preset is terabytes)
     std::vector<float> v(count < 0 ? static_cast<std::size_t>(numel(shape))
                                    : static_cast<std::size_t>(count));
-    synth_values(o_.seed, logical, shape.back(), v.data(), v.size(), first);
+    synth_values(o_.seed, logical, shape.back(), structure_, v.data(), v.size(), first);
     if (o_.router_margin > 0 && ends_with(logical, "e_score_correction_bias") && first == 0 &&
         v.size() == static_cast<std::size_t>(numel(shape)))
       fix_routing(logical, v);
@@ -139,7 +237,7 @@ class Collector {
     std::vector<std::size_t> order(bias.size());
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::uint64_t state = splitmix(o_.seed ^ hash_name(logical + "/routing"));
-    const std::size_t k = std::min<std::size_t>(experts_per_token_, order.size());
+    const std::size_t k = std::min<std::size_t>(structure_.experts_per_token, order.size());
     for (std::size_t i = 0; i < k; ++i) {
       state = splitmix(state);
       std::swap(order[i], order[i + state % (order.size() - i)]);
@@ -174,7 +272,7 @@ class Collector {
   }
 
   const SynthOptions& o_;
-  int experts_per_token_;
+  SynthStructure structure_;
   std::vector<Tensor> tensors;
 };
 
@@ -334,7 +432,11 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
   dist::LayoutSpec one;
   const auto specs = kimi_k3_parameters(cfg, dist::Layout::make(one));
   fs::create_directories(o.out);
-  Collector c(o, cfg.num_experts_per_token);
+  SynthStructure structure;
+  structure.num_experts = cfg.num_experts;
+  structure.experts_per_token = cfg.num_experts_per_token;
+  structure.ordinary_tokens = static_cast<int>(cfg.base_vocab_size());
+  Collector c(o, structure);
   const FormatKind kind = o.format;
   const bool gguf = kind == FormatKind::kGguf;
   const bool ms = kind == FormatKind::kModelSlim;

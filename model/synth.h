@@ -47,9 +47,19 @@ SynthSummary synthesize_checkpoint(const SynthOptions& options);
 // that is not a JSON object is an InputError naming the file and line.
 std::vector<std::string> read_jsonl_corpus(const std::filesystem::path& path);
 
+// What the well-conditioned weights need to know of the model beyond a tensor's name and shape
+// (docs/ENGINE.md, "The synthetic model").
+struct SynthStructure {
+  int num_experts = 0;        // routing directions (0: none, e.g. a dense draft)
+  int experts_per_token = 0;  // directions each token's embedding carries
+  int ordinary_tokens = 0;    // token ids below this may be frequent tokens of the LM head
+};
+
 // The logical (unquantized) value of parameter `name`, element `i` of `n`: deterministic in
-// (seed, name, i), so every format and every rank sees the same weights.
-void synth_values(std::uint64_t seed, const std::string& name, std::int64_t fan_in, float* out,
-                  std::size_t n, std::size_t first_index = 0);
+// (seed, name, i), so every format and every rank sees the same weights. `fan_in` is the last
+// dimension (a row's length).
+void synth_values(std::uint64_t seed, const std::string& name, std::int64_t fan_in,
+                  const SynthStructure& structure, float* out, std::size_t n,
+                  std::size_t first_index = 0);
 
 }  // namespace k3::model

@@ -51,6 +51,7 @@ std::uint64_t available_per_rank(const dist::Groups& groups) {
 model::engine::EngineOptions engine_options(const K3evalOptions& o) {
   model::engine::EngineOptions e;
   e.exact = o.fp32_activations;
+  e.trace_layers = !o.layers_out.empty();  // only k3eval logits takes --layers-out
   const int running = std::min(o.max_running_requests, o.parallel);
   e.slots = o.max_mamba_cache_size > 0 ? o.max_mamba_cache_size : running + 1;
   e.context_length = static_cast<std::size_t>(o.context_length);
@@ -523,6 +524,16 @@ int run_logits(dist::Runtime& runtime, const dist::Groups& groups, const K3evalO
     out.write(reinterpret_cast<const char*>(logits.data()),
               static_cast<std::streamsize>(logits.size() * sizeof(float)));
     if (!out) throw InputError("cannot write " + o.out);
+    if (!o.layers_out.empty()) {
+      std::ofstream layers(o.layers_out, std::ios::binary);
+      for (const auto& layer : result.layers) {
+        for (const auto* rows : {&layer.attention, &layer.ffn, &layer.stream}) {
+          layers.write(reinterpret_cast<const char*>(rows->data()),
+                       static_cast<std::streamsize>(rows->size() * sizeof(float)));
+        }
+      }
+      if (!layers) throw InputError("cannot write " + o.layers_out);
+    }
     std::printf("tokens (%zu):", ids.size());
     for (auto id : ids) std::printf(" %d", id);
     std::printf("\nlogits: %zu x %d float32, row-major, written to %s\n", ids.size(),

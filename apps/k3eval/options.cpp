@@ -111,6 +111,9 @@ po::options_description describe(K3evalOptions& o) {
       ("prompt", po::value(&o.prompt)->value_name("TEXT"), "k3eval logits: the prompt")
       ("out", po::value(&o.out)->value_name("FILE"),
        "k3eval logits: float32 logits [positions x vocabulary], row-major")
+      ("layers-out", po::value(&o.layers_out)->value_name("FILE"),
+       "k3eval logits: float32 [layers x 3 x positions x hidden], per layer the attention "
+       "output, the FFN output and the stream after the layer")
       ("completions", po::value(&o.completions)->value_name("FILE"),
        "k3eval score: completions to re-score (JSONL or SGLang's dump)");
   // clang-format on

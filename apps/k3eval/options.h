@@ -61,6 +61,7 @@ struct K3evalOptions {
   // logits / score.
   std::string prompt;
   std::string out;
+  std::string layers_out;  // logits: every layer's attention, FFN and stream rows
   std::string completions;
   std::optional<int> debug_fail_rank;  // fault injection for tests of the fatal-error policy
   std::optional<int> debug_log_error;  // log one error line on rank R and go on (log-scan tests)

@@ -908,6 +908,20 @@ StepResult Engine::step(std::span<const StepSequence> batch) {
       attn_res_mix(src, H, score, eps, &dst[t * H]);
     }
   };
+  // EngineOptions::trace_layers: the rows of kAllLogits sequences, copied after each layer.
+  std::vector<std::size_t> traced;
+  if (m.opt.trace_layers) {
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (batch[i].output != StepSequence::Output::kAllLogits) continue;
+      for (std::size_t j = 0; j < br.count[i]; ++j) traced.push_back(br.offset[i] + j);
+    }
+  }
+  auto trace_rows = [&](const Rows& from, std::vector<float>& to) {
+    to.resize(traced.size() * H);
+    for (std::size_t r = 0; r < traced.size(); ++r)
+      std::copy_n(&from[traced[r] * H], H, &to[r * H]);
+  };
+  std::vector<StepResult::LayerTrace> trace;
   for (std::size_t l = 0; l < m.layers.size(); ++l) {
     const Layer& L = m.layers[l];
     const bool reset = static_cast<int>(l) % block == 0;
@@ -938,6 +952,12 @@ StepResult Engine::step(std::span<const StepSequence> batch) {
     }
     h = std::move(p);
     for (std::size_t i = 0; i < T * H; ++i) h[i] += f[i];
+    if (!traced.empty()) {
+      auto& t = trace.emplace_back();
+      trace_rows(a, t.attention);
+      trace_rows(f, t.ffn);
+      trace_rows(h, t.stream);
+    }
   }
 
   // Only the rows that produce output go through the final mix, norm and LM head.
@@ -966,6 +986,7 @@ StepResult Engine::step(std::span<const StepSequence> batch) {
   }
   rms_norm(out.data(), rows.size(), H, m.final_norm, eps, out.data());
   StepResult result;
+  result.layers = std::move(trace);
   m.lm_head_outputs(out, batch, row_seq, row_pos, result);
   for (std::size_t i = 0; i < batch.size(); ++i) {
     m.slots[static_cast<std::size_t>(batch[i].slot)].position += batch[i].tokens.size();

@@ -36,6 +36,9 @@ struct EngineOptions {
   std::size_t kda_chunk = 64;
   int slots = 8;  // sequences whose state is held at once (incl. prefix snapshots)
   std::size_t context_length = 4096;  // tokens per sequence (prompt + generated)
+  // Keep every layer's attention output, FFN output and stream for the rows of kAllLogits
+  // sequences (StepResult::layers): locating a numerical difference to one block.
+  bool trace_layers = false;
 };
 
 // Per-slot and per-rank memory, computed before anything is allocated.
@@ -67,6 +70,14 @@ struct StepResult {
   std::vector<std::vector<float>> logits;
   // Non-finite logits this rank saw in its vocabulary shard (a broken checkpoint).
   std::uint64_t nonfinite_logits = 0;
+  // EngineOptions::trace_layers: per layer, [rows x hidden] row-major over the kAllLogits rows
+  // in batch order (the same rows as `logits`).
+  struct LayerTrace {
+    std::vector<float> attention;  // the attention block's output a (after o_proj)
+    std::vector<float> ffn;        // the dense MLP's or the MoE's output
+    std::vector<float> stream;     // h after the layer (p + ffn)
+  };
+  std::vector<LayerTrace> layers;
 };
 
 class Engine {

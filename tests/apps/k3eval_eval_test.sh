@@ -274,6 +274,50 @@ PY
     expect_rc 0
     expect_out "^$next1\$"
     [[ $(stat -c %s "$work/eight.bin") -eq $((n * 4352 * 4)) ]] || fail "8-rank logits file size"
+    # --layers-out: 6 layers x (attention, FFN, stream) x positions x hidden 512.
+    run 8 logits --model-path "$ck" --prompt "Question: What is 3 + 4?" --out "$work/eight.bin" \
+      --layers-out "$work/eight.layers" "${layout8[@]}"
+    expect_rc 0
+    [[ $(stat -c %s "$work/eight.layers") -eq $((6 * 3 * n * 512 * 4)) ]] || fail "layers file size"
+    ;;
+  numerics_8)
+    # Issue 15's targets on the default synthetic GGUF (docs/ENGINE.md, "The synthetic model"):
+    # int8 vs fp32 activations over 16 GSM8K questions, every position: median <= 1 %, worst
+    # <= 3 %; 1 rank vs the quickstart's 8-rank layout in the default mode: <= 1 %.
+    gguf=$(dirname "$ck")/tiny-gguf
+    quickstart=(--tp 8 --dp 2 --ep 8 --enable-dp-attention --enable-dp-lm-head
+                --enable-shared-experts-attn-tp --enable-dense-mlp-attn-tp --ranks-per-node 4)
+    python3 -c '
+import json, sys
+for i, line in enumerate(open(sys.argv[1])):
+    if i >= 16: break
+    print(json.loads(line)["question"].replace("\n", " "))' "$data" >"$work/questions.txt"
+    i=0
+    while IFS= read -r q; do
+      run 1 logits --model-path "$gguf" --prompt "$q" --out "$work/int8-$i.bin" </dev/null
+      expect_rc 0
+      run 1 logits --model-path "$gguf" --prompt "$q" --out "$work/fp32-$i.bin" --fp32-activations </dev/null
+      expect_rc 0
+      if [[ $i -lt 4 ]]; then
+        run 8 logits --model-path "$gguf" --prompt "$q" --out "$work/eight-$i.bin" "${quickstart[@]}" </dev/null
+        expect_rc 0
+      fi
+      i=$((i + 1))
+    done <"$work/questions.txt"
+    python3 - "$work" <<'PY' || fail "outside issue 15's targets"
+import math, struct, sys
+work = sys.argv[1]
+def floats(path):
+    b = open(path, "rb").read()
+    return struct.unpack("%df" % (len(b) // 4), b)
+def rel(a, b):
+    return math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b)) / sum(y * y for y in b))
+modes = sorted(rel(floats(f"{work}/int8-{i}.bin"), floats(f"{work}/fp32-{i}.bin")) for i in range(16))
+layouts = [rel(floats(f"{work}/eight-{i}.bin"), floats(f"{work}/int8-{i}.bin")) for i in range(4)]
+print("int8 vs fp32 activations, 16 questions: median %.4f worst %.4f" % (modes[8], modes[-1]))
+print("1 rank vs 8 ranks (quickstart layout), default mode: worst of 4 questions %.4f" % max(layouts))
+assert modes[8] <= 0.01 and modes[-1] <= 0.03 and max(layouts) <= 0.01
+PY
     ;;
   throughput_8)
     run 8 "${common[@]}" "${layout8[@]}" --mode throughput --input-len 32 --output-len 6 --num-prompts 8

@@ -17,17 +17,10 @@ inline std::filesystem::path scratch_dir() {
   return p;
 }
 
-// Router margin of the fixture's fixed-routing checkpoints (k3ckpt synth --router-margin).
-inline constexpr double kFixedRoutingMargin = 4.0;
-
 // The fixture's tiny checkpoint in `kind` (k3ckpt synth --shards 3 into the build tree), made
-// here the same way when a test binary runs on its own. `fixed_routing`: the variant with
-// --router-margin kFixedRoutingMargin (tiny-routed-FORMAT), whose logits do not jump with rounding.
-inline std::filesystem::path synthetic_checkpoint(model::FormatKind kind,
-                                                  bool fixed_routing = false) {
-  const std::filesystem::path dir =
-      scratch_dir() / ((fixed_routing ? "tiny-routed-" : "tiny-") +
-                       std::string(model::format_name(kind)));
+// here the same way when a test binary runs on its own.
+inline std::filesystem::path synthetic_checkpoint(model::FormatKind kind) {
+  const std::filesystem::path dir = scratch_dir() / ("tiny-" + std::string(model::format_name(kind)));
   // GGUF keeps its config inside the first split; the others have config.json.
   const std::filesystem::path marker = kind == model::FormatKind::kGguf
                                            ? dir / "kimi-k3-tiny-00001-of-00003.gguf"
@@ -37,7 +30,6 @@ inline std::filesystem::path synthetic_checkpoint(model::FormatKind kind,
     o.format = kind;
     o.out = dir;
     o.shards = 3;
-    if (fixed_routing) o.router_margin = kFixedRoutingMargin;
     o.corpus = source_dir() / ".." / "shared" / "data" / "gsm8k" / "train.jsonl";
     model::synthesize_checkpoint(o);
   }
