@@ -5,11 +5,17 @@
 # 20 GSM8K questions of ../shared/data/gsm8k/test.jsonl (or --data-path) and prints the report;
 # artifacts go to build/artifacts/quickstart/. Installs and builds whatever is missing first;
 # extra arguments go to k3eval (e.g. --num-questions 200, --model-path /ckpt/kimi-k3).
+# On the embedded default with no extra arguments the run is checked against its golden tokens
+# (jobs/baselines/quickstart-tiny.json): a flipped token ends it with exit 1 (REGRESSION).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$root/jobs/build.sh" >/dev/null
 
 checkpoint=${K3_MODEL_PATH:-$root/build/checkpoints/tiny-hf}
+golden=()
+if [[ -z ${K3_MODEL_PATH:-} && $# -eq 0 ]]; then
+  golden=(--baseline "$root/jobs/baselines/quickstart-tiny.json")
+fi
 if [[ ! -f $checkpoint/config.json ]]; then
   "$root/build/bin/k3ckpt" synth --preset tiny --format hf --shards 4 --out "$checkpoint"
 fi
@@ -22,4 +28,4 @@ fi
 export OMPI_MCA_mpi_yield_when_idle=1
 exec mpirun --oversubscribe -np "$np" "$root/build/bin/k3eval" \
   --config "$root/jobs/configs/quickstart.ini" --model-path "$checkpoint" \
-  --artifacts-dir "${K3_ARTIFACTS_DIR:-$root/build/artifacts/quickstart}" "$@"
+  --artifacts-dir "${K3_ARTIFACTS_DIR:-$root/build/artifacts/quickstart}" "${golden[@]}" "$@"

@@ -355,6 +355,11 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
       std::printf("Baseline: %.3f (%s), threshold %.3f: %s\n", verdict->baseline_accuracy,
                   baseline->source.c_str(), verdict->threshold,
                   verdict->pass ? "PASS" : "REGRESSION");
+      if (!baseline->golden.empty()) {
+        std::printf("Golden tokens: %zu of %zu completions identical\n",
+                    baseline->golden.size() - verdict->golden_mismatches.size(),
+                    baseline->golden.size());
+      }
       for (const auto& reason : verdict->reasons) std::printf("  %s\n", reason.c_str());
     }
     std::size_t log_errors = 0;

@@ -222,6 +222,7 @@ PY
     run 1 "${args[@]}" --baseline "$work/golden-bad.json" --artifacts-dir "$work/gb"
     expect_rc 1
     expect_out '1 of 1 golden completions differ'
+    expect_out '^Golden tokens: 0 of 1 completions identical$'
     echo '{"accuracy": 0.9, "tolerance": {"mode": "relative", "value": 0.99}}' >"$work/high.json"
     run 1 "${args[@]}" --baseline "$work/high.json" --artifacts-dir "$work/r"
     expect_rc 1
@@ -233,6 +234,15 @@ PY
     expect_rc 2
     expect_err "$work/bad.json"
     grep -q "shards loaded\|planned in" "$work/err" && fail "a malformed baseline was found only after loading"
+    ;;
+  golden_quickstart_8)
+    # The quickstart's golden tokens (issue 15): jobs/configs/quickstart.ini on 8 ranks against
+    # jobs/baselines/quickstart-tiny.json; the fixture holds the same weights in 3 shards.
+    run 8 --config "$repo/jobs/configs/quickstart.ini" --model-path "$ck" --data-path "$data" \
+      --progress log --baseline "$repo/jobs/baselines/quickstart-tiny.json" --artifacts-dir "$work/q"
+    expect_rc 0
+    expect_out '^Golden tokens: 20 of 20 completions identical$'
+    expect_out 'PASS'
     ;;
   log_errors_2)
     # An error logged by any rank fails the run after the fact: status error, exit 2.

@@ -116,9 +116,12 @@ case $case_name in
     [[ $exit_code == 0:0 ]] || fail "ExitCode=$exit_code, expected 0:0"
     [[ -f $output ]] || fail "no job output $output"
     grep -qF "layout: world=8 tp=8 dp=4 (DP attention) attn_tp=2 ep=8" "$output" || fail "output lacks the 8-task layout"
-    # The ranks were started by a srun step of this job, not by a singleton or mpirun.
-    grep -qF "8 ranks (hosts via slurm), 1 oneTBB thread(s) per rank, job $job.0" "$output" ||
-      fail "output does not show 8 ranks in step $job.0"
+    # The ranks were started by srun steps of this job, not by a singleton or mpirun: step 0 is
+    # the golden canary (the quickstart's 4 simulated ranks per node), step 1 the nightly.
+    grep -qF "8 ranks (simulated nodes via slurm), 1 oneTBB thread(s) per rank, job $job.0" "$output" ||
+      fail "output does not show the golden canary's 8 ranks in step $job.0"
+    grep -qF "8 ranks (hosts via slurm), 1 oneTBB thread(s) per rank, job $job.1" "$output" ||
+      fail "output does not show 8 ranks in step $job.1"
     for line in "Accuracy: " "Invalid: " "Latency: " "Output throughput: " "PASS" "Status: ok"; do
       grep -qF -- "$line" "$output" || fail "output lacks '$line'"
     done
@@ -136,6 +139,9 @@ case $case_name in
     [[ $(wc -l <"$artifacts/questions.jsonl") -eq 3 ]] || fail "questions.jsonl lacks the 3 questions"
     [[ $(cat "$artifacts/status") == ok ]] || fail "status file says $(cat "$artifacts/status")"
     [[ -s $artifacts/history.h5 ]] || fail "no history.h5"
+    # The golden canary ran first, on 8 tasks of the allocation, and reproduced every token.
+    grep -qF "Golden tokens: 20 of 20 completions identical" "$output" || fail "output lacks the golden canary's line"
+    [[ $(cat "$artifacts-golden/status" 2>/dev/null) == ok ]] || fail "no golden canary artifacts with status ok in $artifacts-golden"
     ;;
   nightly_gsm8k_failed_8)
     # A baseline out of reach for random weights (the config's real one, 0.970 on GSM8K-200,
@@ -143,7 +149,8 @@ case $case_name in
     # ends FAILED. Also checks that
     # K3_ARTIFACTS_ROOT moves the per-job directory.
     echo '{"accuracy": 0.9, "tolerance": {"mode": "relative", "value": 0.99}}' >"$work/unreachable.json"
-    K3_ARTIFACTS_ROOT=$work/elsewhere submit -n 8 "$repo/jobs/slurm/nightly-gsm8k.sbatch" \
+    # K3_GOLDEN=0: the golden canary is skipped (nightly_gsm8k_8 runs it).
+    K3_GOLDEN=0 K3_ARTIFACTS_ROOT=$work/elsewhere submit -n 8 "$repo/jobs/slurm/nightly-gsm8k.sbatch" \
       "${layout_8[@]}" --model-path "$checkpoint" "${few_questions[@]}" --baseline "$work/unreachable.json"
     wait_job 240
     [[ $state == FAILED ]] || fail "JobState=$state, expected FAILED"
@@ -154,6 +161,7 @@ case $case_name in
     grep -qx "exit_code: 1" "$work/elsewhere/$job/job.txt" || fail "no $work/elsewhere/$job/job.txt with 'exit_code: 1'"
     [[ $(cat "$work/elsewhere/$job/status") == regression ]] || fail "status file is not 'regression'"
     [[ ! -e $work/artifacts ]] || fail "K3_ARTIFACTS_ROOT was ignored: $work/artifacts exists"
+    [[ ! -e $work/elsewhere/$job-golden ]] || fail "K3_GOLDEN=0 still ran the golden canary"
     ;;
   production_64)
     # The production shape: 64 tasks, TP64 / DP4 / EP64. The test cluster has one node of 64
