@@ -259,46 +259,68 @@ EvalOutcome run_gsm8k(model::engine::Engine& engine, const dist::Groups& groups,
   return outcome;
 }
 
-std::string warm_up(model::engine::Engine& engine, const dist::Groups& groups,
-                    const model::Tokenizer& tokenizer, const TokenizedPrompts& tokens,
-                    const RunnerOptions& options) {
+namespace {
+
+// Two untimed requests on every DP group: `warm` (2 new tokens), then `smoke` (a few tokens,
+// handed to on_smoke on every rank that ran it).
+void warm_up_rounds(model::engine::Engine& engine, const dist::Groups& groups,
+                    const std::vector<std::int32_t>& warm, const std::vector<std::int32_t>& smoke,
+                    std::size_t smoke_tokens, const RunnerOptions& options,
+                    const std::function<void(const Completion&)>& on_smoke) {
   model::engine::GeneratorOptions g = options.generator;
   g.max_running_requests = 1;
-  std::string smoke;
   for (int round = 0; round < 2; ++round) {
     Generator gen(engine, groups, g);
     Request r;
     r.id = 0;
-    if (round == 0) {  // warm-up: a few tokens of the prefix, two new tokens
-      const auto& src = tokens.prefix.empty() ? tokens.prompts.at(0) : tokens.prefix;
-      r.prompt.assign(src.begin(), src.begin() + static_cast<std::ptrdiff_t>(
-                                                     std::min<std::size_t>(8, src.size())));
+    if (round == 0) {  // warm-up: a few tokens, two new tokens
+      r.prompt.assign(warm.begin(),
+                      warm.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(8, warm.size())));
       r.max_new_tokens = 2;
-    } else {  // smoke: the first prompt whole, a few tokens
-      r.prompt = tokens.prompts.at(0);
-      r.max_new_tokens = std::min<std::size_t>(8, options.max_new_tokens);
+    } else {  // smoke: a whole prompt, a few tokens
+      r.prompt = smoke;
+      r.max_new_tokens = std::min<std::size_t>(8, smoke_tokens);
     }
     r.sampling = options.sampling;
     std::vector<Request> one{r};
     gen.validate(one);
     gen.run(one, {}, [&](const Request&, const Completion& c) {
-      if (round != 1) return;
-      std::vector<std::int32_t> text_ids;  // specials skipped, as in the results
-      for (std::int32_t id : c.tokens)
-        if (!tokenizer.is_special(id)) text_ids.push_back(id);
-      smoke = tokenizer.decode(text_ids);
+      if (round == 1) on_smoke(c);
     });
   }
+}
+
+}  // namespace
+
+std::string warm_up(model::engine::Engine& engine, const dist::Groups& groups,
+                    const model::Tokenizer& tokenizer, const TokenizedPrompts& tokens,
+                    const RunnerOptions& options) {
+  std::string smoke;
+  warm_up_rounds(engine, groups, tokens.prefix.empty() ? tokens.prompts.at(0) : tokens.prefix,
+                 tokens.prompts.at(0), options.max_new_tokens, options, [&](const Completion& c) {
+                   std::vector<std::int32_t> text_ids;  // specials skipped, as in the results
+                   for (std::int32_t id : c.tokens)
+                     if (!tokenizer.is_special(id)) text_ids.push_back(id);
+                   smoke = tokenizer.decode(text_ids);
+                 });
   return smoke;
+}
+
+void warm_up_throughput(model::engine::Engine& engine, const dist::Groups& groups,
+                        const std::vector<std::int32_t>& first_prompt,
+                        const RunnerOptions& options) {
+  warm_up_rounds(engine, groups, first_prompt, first_prompt, options.max_new_tokens, options,
+                 [](const Completion&) {});
 }
 
 ThroughputOutcome run_throughput(model::engine::Engine& engine, const dist::Groups& groups,
                                  const std::vector<std::vector<std::int32_t>>& prompts,
-                                 std::size_t output_len, const RunnerOptions& options) {
+                                 const std::vector<std::size_t>& output_lens,
+                                 const RunnerOptions& options) {
   std::vector<std::size_t> sizes;
   for (const auto& p : prompts) sizes.push_back(p.size());
-  const std::vector<int> owner =
-      assign_to_dp_groups(sizes, dp_groups(groups), options.balance_by_tokens);
+  const int group_count = dp_groups(groups);
+  const std::vector<int> owner = assign_to_dp_groups(sizes, group_count, options.balance_by_tokens);
   const int mine = dp_group_of(groups);
   std::vector<Request> requests;
   for (std::size_t i = 0; i < prompts.size(); ++i) {
@@ -306,38 +328,39 @@ ThroughputOutcome run_throughput(model::engine::Engine& engine, const dist::Grou
     Request r;
     r.id = i;
     r.prompt = prompts[i];
-    r.max_new_tokens = output_len;
+    r.max_new_tokens = output_lens.at(i);
     r.sampling = options.sampling;
     requests.push_back(std::move(r));
   }
   Generator gen(engine, groups, options.generator);
   gen.validate(requests);
-  ThroughputGroup mine_stats;
-  mine_stats.dp_group = mine;
+  // One row per finished request of this DP group: id, input, output, TTFT, E2E latency.
+  constexpr std::size_t kRow = 5;
+  std::vector<double> rows;
   const auto t0 = Clock::now();
   gen.run(requests, {}, [&](const Request& r, const Completion& c) {
-    ++mine_stats.requests;
-    mine_stats.input_tokens += r.prompt.size();
-    mine_stats.output_tokens += c.completion_tokens;
-    mine_stats.seconds = std::max(mine_stats.seconds, c.finished_s);
+    rows.insert(rows.end(), {static_cast<double>(r.id), static_cast<double>(r.prompt.size()),
+                             static_cast<double>(c.completion_tokens), c.first_token_s,
+                             c.finished_s});
   });
   ThroughputOutcome out;
   out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  const std::array<double, 4> row = {
-      static_cast<double>(mine_stats.requests), static_cast<double>(mine_stats.input_tokens),
-      static_cast<double>(mine_stats.output_tokens), mine_stats.seconds};
+  out.dp_groups = group_count;
   const std::span<const double> contribution =
-      group_leader(groups) ? std::span<const double>(row) : std::span<const double>();
+      group_leader(groups) ? std::span<const double>(rows) : std::span<const double>();
   const auto all = dist::gatherv(groups.world(), contribution, 0);
-  for (std::size_t i = 0; i + 3 < all.data.size(); i += 4) {
-    ThroughputGroup g;
-    g.dp_group = static_cast<int>(out.groups.size());
-    g.requests = static_cast<std::uint64_t>(all.data[i]);
-    g.input_tokens = static_cast<std::uint64_t>(all.data[i + 1]);
-    g.output_tokens = static_cast<std::uint64_t>(all.data[i + 2]);
-    g.seconds = all.data[i + 3];
-    out.groups.push_back(g);
+  for (std::size_t i = 0; i + kRow <= all.data.size(); i += kRow) {
+    ThroughputRequest r;
+    r.id = static_cast<std::size_t>(all.data[i]);
+    r.dp_group = owner.at(r.id);
+    r.input_tokens = static_cast<std::uint64_t>(all.data[i + 1]);
+    r.output_tokens = static_cast<std::uint64_t>(all.data[i + 2]);
+    r.ttft_s = all.data[i + 3];
+    r.latency_s = all.data[i + 4];
+    out.requests.push_back(r);
   }
+  std::sort(out.requests.begin(), out.requests.end(),
+            [](const auto& a, const auto& b) { return a.id < b.id; });
   return out;
 }
 

@@ -16,6 +16,7 @@
 #include "dist/groups.h"
 #include "eval/extract.h"
 #include "eval/prompt.h"
+#include "eval/throughput.h"
 #include "eval/results.h"
 #include "model/engine/engine.h"
 #include "model/engine/generator.h"
@@ -73,18 +74,22 @@ std::string warm_up(model::engine::Engine& engine, const dist::Groups& groups,
                     const model::Tokenizer& tokenizer, const TokenizedPrompts& tokens,
                     const RunnerOptions& options);
 
-struct ThroughputGroup {
-  int dp_group = 0;
-  std::uint64_t requests = 0, input_tokens = 0, output_tokens = 0;
-  double seconds = 0;
-};
 struct ThroughputOutcome {
-  std::vector<ThroughputGroup> groups;  // rank 0: one per DP group
-  double seconds = 0;                   // wall time of the whole measurement
+  std::vector<ThroughputRequest> requests;  // rank 0: every request, by id
+  double seconds = 0;                       // wall time of the whole measurement
+  int dp_groups = 0;
 };
-// Every prompt generates exactly `output_len` tokens (stop tokens ignored).
+// Prompt i generates exactly output_lens[i] tokens (stop tokens ignored), every request
+// submitted at the start; collective over the world.
 ThroughputOutcome run_throughput(model::engine::Engine& engine, const dist::Groups& groups,
                                  const std::vector<std::vector<std::int32_t>>& prompts,
-                                 std::size_t output_len, const RunnerOptions& options);
+                                 const std::vector<std::size_t>& output_lens,
+                                 const RunnerOptions& options);
+
+// Untimed warm-up before a throughput measurement: on every DP group, a few tokens of the first
+// prompt with two new tokens, then the first prompt whole with a few (the smoke request).
+void warm_up_throughput(model::engine::Engine& engine, const dist::Groups& groups,
+                        const std::vector<std::int32_t>& first_prompt,
+                        const RunnerOptions& options);
 
 }  // namespace k3::eval

@@ -436,6 +436,21 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
   runtime.collectively([&] {
     if (o.model_path.empty()) throw UsageError("--mode throughput needs --model-path");
   });
+  const bool root = runtime.rank() == 0;
+  const fs::path artifacts = o.artifacts_dir;
+  if (root && !artifacts.empty()) {
+    fs::create_directories(artifacts);
+    std::ofstream(artifacts / "command.txt") << o.command_line << "\n";
+    nlohmann::json config = config_json(o, groups.layout());
+    config["mode"] = "throughput";
+    config["dataset_name"] = o.dataset_name;
+    config["num_prompts"] = o.num_prompts;
+    config["random_input_len"] = o.input_len;
+    config["random_output_len"] = o.output_len;
+    config["random_range_ratio"] = o.range_ratio;
+    eval::write_file_atomically(artifacts / "config.json", config.dump(2) + "\n");
+  }
+  dist::set_stage("pre-flight and loading");
   LoadedModel model = load_model(runtime, groups, o);
   auto engine = make_engine(runtime, groups, model, o);
   eval::RunnerOptions ro = runner_options(o);
@@ -444,14 +459,24 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
   const std::size_t output_len =
       static_cast<std::size_t>(o.output_len > 0 ? o.output_len : o.max_new_tokens);
   std::vector<std::vector<std::int32_t>> prompts;
+  std::vector<std::size_t> output_lens;
   runtime.collectively([&] {
-    if (o.input_len > 0) {
-      // Random ids of the trained vocabulary (no specials), the same on every rank.
-      std::mt19937_64 rng(o.seed);
+    // Every rank draws the same lengths and ids from --seed.
+    std::mt19937_64 rng(o.seed);
+    auto length = [&](std::size_t len) {  // SGLang: uniform in [max(len x ratio, 1), len]
+      const auto low = std::max<std::size_t>(
+          1, static_cast<std::size_t>(static_cast<double>(len) * o.range_ratio));
+      return low >= len ? len : low + static_cast<std::size_t>(rng() % (len - low + 1));
+    };
+    if (o.dataset_name == "random") {
+      // Random ids of the trained vocabulary (no specials).
       const int base = model.config().base_vocab_size();
-      prompts.assign(count, std::vector<std::int32_t>(static_cast<std::size_t>(o.input_len)));
-      for (auto& p : prompts)
+      for (std::size_t i = 0; i < count; ++i) {
+        std::vector<std::int32_t> p(length(static_cast<std::size_t>(o.input_len)));
         for (auto& t : p) t = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(base));
+        prompts.push_back(std::move(p));
+        output_lens.push_back(length(output_len));
+      }
     } else {
       const auto tokenizer = model::open_tokenizer(o.model_path, model.config());
       const auto data = eval::read_gsm8k(o.data_path);
@@ -460,34 +485,33 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
       po.num_questions = count;
       const auto set = eval::build_prompts(data, po, o.data_path);
       prompts = eval::tokenize_prompts(tokenizer, set).prompts;
+      output_lens.assign(prompts.size(), output_len);
     }
     model::engine::Generator check(*engine, groups, ro.generator);
     std::vector<model::engine::Request> all(prompts.size());
     for (std::size_t i = 0; i < all.size(); ++i) {
       all[i].id = i;
       all[i].prompt = prompts[i];
-      all[i].max_new_tokens = output_len;
+      all[i].max_new_tokens = output_lens[i];
     }
     check.validate(all);
   });
+  dist::set_stage("warm-up");
+  eval::warm_up_throughput(*engine, groups, prompts.at(0), ro);
   dist::set_stage("throughput generation");
-  const auto out = eval::run_throughput(*engine, groups, prompts, output_len, ro);
-  if (runtime.rank() == 0) {
-    std::uint64_t in = 0, gen = 0;
-    for (const auto& g : out.groups) {
-      std::printf("DP group %d: %llu requests, input %.1f tok/s, output %.1f tok/s (%.2f s)\n",
-                  g.dp_group, static_cast<unsigned long long>(g.requests),
-                  g.seconds > 0 ? g.input_tokens / g.seconds : 0.0,
-                  g.seconds > 0 ? g.output_tokens / g.seconds : 0.0, g.seconds);
-      in += g.input_tokens;
-      gen += g.output_tokens;
-    }
-    std::printf("Total: %zu requests, %llu input and %llu output tokens in %.2f s\n",
-                prompts.size(), static_cast<unsigned long long>(in),
-                static_cast<unsigned long long>(gen), out.seconds);
-    std::printf("Input throughput: %.3f token/s\nOutput throughput: %.3f token/s\n",
-                in / out.seconds, gen / out.seconds);
+  spdlog::info("throughput: {} {} prompts, all in flight", prompts.size(), o.dataset_name);
+  const auto out = eval::run_throughput(*engine, groups, prompts, output_lens, ro);
+  if (root) {
+    const auto metrics = eval::compute_throughput_metrics(out.requests, out.seconds, out.dp_groups);
+    std::fputs(eval::format_throughput_block(metrics).c_str(), stdout);
     std::fflush(stdout);
+    if (!artifacts.empty()) {
+      std::string lines;
+      for (const auto& r : out.requests) lines += eval::to_json(r).dump() + "\n";
+      eval::write_file_atomically(artifacts / "requests.jsonl", lines);
+      eval::write_summary(artifacts / "summary.json",
+                          eval::throughput_summary_json(metrics, config_json(o, groups.layout())));
+    }
   }
   return 0;
 }

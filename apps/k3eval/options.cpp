@@ -102,12 +102,22 @@ po::options_description describe(K3evalOptions& o) {
        "rank 0's progress: bar, log (a line every 10 s) or auto (default: bar on a terminal)")
       ("resume", po::bool_switch(&o.resume),
        "continue the run in --artifacts-dir from its per-question results")
+      ("dataset-name", po::value(&o.dataset_name)->value_name("NAME"),
+       "--mode throughput: random (random token ids) or gsm8k (the evaluation's prompts); "
+       "default random when an input length is given, else gsm8k")
       ("num-prompts", po::value(&o.num_prompts)->value_name("N"),
        "--mode throughput: prompts (default --num-questions)")
-      ("input-len", po::value(&o.input_len)->value_name("N"),
-       "--mode throughput: random prompts of N tokens (default: the dataset's prompts)")
-      ("output-len", po::value(&o.output_len)->value_name("N"),
-       "--mode throughput: tokens generated per prompt, stop tokens ignored (default --max-new-tokens)")
+      ("random-input-len", po::value<int>()->value_name("N"),
+       "--mode throughput, random: prompt tokens (default 1024); alias --input-len")
+      ("input-len", po::value<int>()->value_name("N"), "alias of --random-input-len")
+      ("random-output-len", po::value<int>()->value_name("N"),
+       "--mode throughput: tokens generated per prompt, stop tokens ignored (default "
+       "--max-new-tokens); alias --output-len")
+      ("output-len", po::value<int>()->value_name("N"), "alias of --random-output-len")
+      ("random-range-ratio", po::value(&o.range_ratio)->value_name("R"),
+       "--mode throughput, random: each prompt's input and output lengths are uniform in "
+       "[len x R, len], seeded by --seed (default 1: fixed lengths; SGLang's bench_serving "
+       "defaults to 0)")
       ("prompt", po::value(&o.prompt)->value_name("TEXT"), "k3eval logits: the prompt")
       ("out", po::value(&o.out)->value_name("FILE"),
        "k3eval logits: float32 logits [positions x vocabulary], row-major")
@@ -146,7 +156,8 @@ po::options_description describe(K3evalOptions& o) {
   return all;
 }
 
-void validate(const K3evalOptions& o) {
+// Rejects impossible values and settles the defaults that depend on other options.
+void validate(K3evalOptions& o) {
   auto at_least = [](int value, int min, const char* name) {
     if (value < min) {
       throw UsageError(std::string("--") + name + " must be at least " + std::to_string(min) +
@@ -162,8 +173,16 @@ void validate(const K3evalOptions& o) {
   at_least(o.max_new_tokens, 1, "max-new-tokens");
   at_least(o.parallel, 1, "parallel");
   at_least(o.num_prompts, 0, "num-prompts");
-  at_least(o.input_len, 0, "input-len");
-  at_least(o.output_len, 0, "output-len");
+  at_least(o.input_len, 0, "random-input-len");
+  at_least(o.output_len, 0, "random-output-len");
+  if (!(o.range_ratio >= 0 && o.range_ratio <= 1))
+    throw UsageError("--random-range-ratio must be in [0, 1] (got " + std::to_string(o.range_ratio) + ")");
+  if (o.dataset_name.empty()) o.dataset_name = o.input_len > 0 ? "random" : "gsm8k";
+  if (o.dataset_name != "random" && o.dataset_name != "gsm8k")
+    throw UsageError("--dataset-name '" + o.dataset_name + "' is not one of random, gsm8k");
+  if (o.dataset_name == "gsm8k" && o.input_len > 0)
+    throw UsageError("--random-input-len applies to --dataset-name random, not gsm8k");
+  if (o.dataset_name == "random" && o.input_len == 0) o.input_len = 1024;
   if (!(o.temperature >= 0)) throw UsageError("--temperature must be 0 or more");
   if (!(o.collective_timeout >= 0))
     throw UsageError("--collective-timeout must be 0 (no watchdog) or a number of seconds");
@@ -234,6 +253,17 @@ K3evalOptions parse_k3eval_options(int argc, const char* const* argv) {
         *value = (base / *value).lexically_normal().string();
       }
     }
+  }
+  // Each length has SGLang's name and today's alias; both at once must agree.
+  for (auto [name, alias, target] : {std::tuple{"random-input-len", "input-len", &o.input_len},
+                                     std::tuple{"random-output-len", "output-len", &o.output_len}}) {
+    if (vm.count(name) && vm.count(alias) && vm[name].as<int>() != vm[alias].as<int>()) {
+      throw UsageError(std::string("--") + name + " " + std::to_string(vm[name].as<int>()) +
+                       " and its alias --" + alias + " " + std::to_string(vm[alias].as<int>()) +
+                       " disagree");
+    }
+    if (vm.count(name)) *target = vm[name].as<int>();
+    if (vm.count(alias)) *target = vm[alias].as<int>();
   }
   o.ranks_per_node = o.layout.ranks_per_node;
   if (vm.count("threads")) o.threads = vm["threads"].as<int>();

@@ -54,9 +54,12 @@ struct K3evalOptions {
   std::string progress = "auto";  // bar | log | auto (a bar when stdout is a terminal)
 
   // --mode throughput.
-  int num_prompts = 0;  // 0: --num-questions
-  int input_len = 0;    // 0: the dataset's prompts
-  int output_len = 0;   // 0: --max-new-tokens
+  // SGLang's bench_offline_throughput names; --input-len / --output-len are aliases.
+  std::string dataset_name;  // random or gsm8k; "": random when an input length is given
+  int num_prompts = 0;       // 0: --num-questions
+  int input_len = 0;         // --random-input-len; 0: 1024 for random (SGLang's default)
+  int output_len = 0;        // --random-output-len; 0: --max-new-tokens
+  double range_ratio = 1.0;  // --random-range-ratio: lengths uniform in [len x ratio, len]
 
   // logits / score.
   std::string prompt;

@@ -330,12 +330,60 @@ assert modes[8] <= 0.01 and modes[-1] <= 0.03 and max(layouts) <= 0.01
 PY
     ;;
   throughput_8)
-    run 8 "${common[@]}" "${layout8[@]}" --mode throughput --input-len 32 --output-len 6 --num-prompts 8
+    # SGLang's offline throughput report (issue 20): its names, its block, figures that add up,
+    # and the artifacts of a run.
+    run 8 "${common[@]}" "${layout8[@]}" --mode throughput --dataset-name random \
+      --random-input-len 32 --random-output-len 6 --num-prompts 8 --artifacts-dir "$work/a"
     expect_rc 0
-    expect_out '^DP group 0: 4 requests'
-    expect_out '^DP group 1: 4 requests'
-    expect_out '^Total: 8 requests, 256 input and 48 output tokens'
-    expect_out '^Output throughput: [0-9]+\.[0-9]{3} token/s$'
+    expect_out '^====== Offline Throughput Benchmark Result =======$'
+    expect_out '^Successful requests: +8$'
+    expect_out '^Total input tokens: +256$'
+    expect_out '^Total generated tokens: +48$'
+    expect_out '^DP group 0: +4 requests, 128 input \+ 24 generated tokens in [0-9.]+ s$'
+    expect_out '^DP group 1: +4 requests, 128 input \+ 24 generated tokens in [0-9.]+ s$'
+    expect_out '^P99 TTFT \(ms\): +[0-9]+\.[0-9]{2}$'
+    expect_out '^Mean TPOT \(ms\): +[0-9]+\.[0-9]{2}$'
+    [[ $(cat "$work/a/status") == ok ]] || fail "status file: $(cat "$work/a/status")"
+    python3 - "$work/a" "$work/out" <<'PY' || fail "the report, requests.jsonl and summary.json disagree"
+import json, re, sys
+a, out = sys.argv[1], open(sys.argv[2]).read()
+value = lambda label: float(re.search(r"^" + re.escape(label) + r"\s+([0-9.]+)$", out, re.M).group(1))
+rows = [json.loads(l) for l in open(a + "/requests.jsonl")]
+assert sorted(r["id"] for r in rows) == list(range(8)), rows
+assert all(r["input_tokens"] == 32 and r["output_tokens"] == 6 for r in rows), rows
+assert all(0 < r["ttft_s"] <= r["latency_s"] for r in rows), rows
+summary = json.load(open(a + "/summary.json"))
+m = summary["metrics"]
+assert summary["kind"] == "throughput" and m["requests"] == 8 and m["output_tokens"] == 48, summary
+# The block's rates are its totals over its duration (two decimals printed).
+duration = m["duration_s"]
+assert abs(value("Benchmark duration (s):") - duration) <= 0.005
+for label, total in (("Request throughput (req/s):", 8), ("Input token throughput (tok/s):", 256),
+                     ("Output token throughput (tok/s):", 48), ("Total token throughput (tok/s):", 304)):
+    assert abs(value(label) - total / duration) <= 0.005 + 1e-9 * total / duration, label
+assert abs(value("Mean E2E Latency (ms):") - 1e3 * sum(r["latency_s"] for r in rows) / 8) <= 0.005
+assert json.load(open(a + "/config.json"))["dataset_name"] == "random"
+PY
+    # Today's names stay aliases; SGLang's random range ratio draws lengths from the seed.
+    run 8 "${common[@]}" "${layout8[@]}" --mode throughput --input-len 32 --output-len 6 \
+      --num-prompts 8 --random-range-ratio 0.5 --seed 3
+    expect_rc 0
+    total=$(sed -nE 's/^Total input tokens: +([0-9]+)$/\1/p' <<<"$out")
+    [[ -n $total && $total -ge 128 && $total -le 256 ]] || fail "input tokens $total outside [8 x 16, 8 x 32]"
+    run 1 "${common[@]}" --mode throughput --random-input-len 8 --input-len 9
+    expect_rc 2
+    expect_err "--random-input-len 8 and its alias --input-len 9 disagree"
+    run 1 "${common[@]}" --mode throughput --dataset-name sharegpt
+    expect_rc 2
+    expect_err "--dataset-name 'sharegpt' is not one of random, gsm8k"
+    run 1 "${common[@]}" --mode throughput --random-range-ratio 1.5
+    expect_rc 2
+    expect_err "--random-range-ratio must be in [0, 1]"
+    # The GSM8K prompts, as the evaluation builds them.
+    run 1 "${common[@]}" --mode throughput --dataset-name gsm8k --num-prompts 2 --output-len 3
+    expect_rc 0
+    expect_out '^Successful requests: +2$'
+    expect_out '^Total generated tokens: +6$'
     ;;
   *)
     fail "unknown case"
