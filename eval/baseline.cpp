@@ -77,6 +77,35 @@ double Baseline::threshold() const {
 
 namespace {
 
+// "tolerance": relative in (0, 1], absolute in [0, absolute_max].
+Tolerance tolerance_from_json(const Reader& r, const json& root, double absolute_max) {
+  Tolerance t;
+  const json& tol = r.get(root, "", "tolerance");
+  if (!tol.is_object()) {
+    r.fail("tolerance", "is " + tol.dump() + ", expected {\"mode\": ..., \"value\": ...}");
+  }
+  r.only_keys(tol, "tolerance.", {"mode", "value"});
+  const json& mode = r.get(tol, "tolerance.", "mode");
+  if (mode == "relative") {
+    t.mode = Tolerance::Mode::kRelative;
+    t.value = r.number_in(r.get(tol, "tolerance.", "value"), "tolerance.value", 0, true, 1);
+  } else if (mode == "absolute") {
+    t.mode = Tolerance::Mode::kAbsolute;
+    t.value =
+        r.number_in(r.get(tol, "tolerance.", "value"), "tolerance.value", 0, false, absolute_max);
+  } else {
+    r.fail("tolerance.mode", "is " + mode.dump() + ", expected \"relative\" or \"absolute\"");
+  }
+  return t;
+}
+
+std::string optional_string(const Reader& r, const json& root, const char* key) {
+  const auto it = root.find(key);
+  if (it == root.end()) return "";
+  if (!it->is_string()) r.fail(key, "is " + it->dump() + ", expected a string");
+  return it->get<std::string>();
+}
+
 Baseline baseline_from_json(const json& root, const std::string& file) {
   const Reader r(file);
   if (!root.is_object()) {
@@ -95,30 +124,14 @@ Baseline baseline_from_json(const json& root, const std::string& file) {
   }
   b.accuracy = r.number_in(accuracy, "accuracy", 0, false, 1);
 
-  const json& tol = r.get(root, "", "tolerance");
-  if (!tol.is_object()) {
-    r.fail("tolerance", "is " + tol.dump() + ", expected {\"mode\": ..., \"value\": ...}");
-  }
-  r.only_keys(tol, "tolerance.", {"mode", "value"});
-  const json& mode = r.get(tol, "tolerance.", "mode");
-  if (mode == "relative") {
-    b.tolerance.mode = Tolerance::Mode::kRelative;
-    b.tolerance.value =
-        r.number_in(r.get(tol, "tolerance.", "value"), "tolerance.value", 0, true, 1);
-  } else if (mode == "absolute") {
-    b.tolerance.mode = Tolerance::Mode::kAbsolute;
-    b.tolerance.value =
-        r.number_in(r.get(tol, "tolerance.", "value"), "tolerance.value", 0, false, 1);
-  } else {
-    r.fail("tolerance.mode", "is " + mode.dump() + ", expected \"relative\" or \"absolute\"");
-  }
+  b.tolerance = tolerance_from_json(r, root, 1);
 
-  if (const auto it = root.find("description"); it != root.end()) {
-    if (!it->is_string()) r.fail("description", "is " + it->dump() + ", expected a string");
-    b.description = it->get<std::string>();
-  }
+  b.description = optional_string(r, root, "description");
   if (const auto it = root.find("benchmark"); it != root.end() && *it != "gsm8k") {
-    r.fail("benchmark", "is " + it->dump() + ", expected \"gsm8k\"");
+    r.fail("benchmark",
+           "is " + it->dump() + ", expected \"gsm8k\"" +
+               (*it == "throughput" ? " (a throughput baseline: use it with --mode throughput)"
+                                    : ""));
   }
   if (const auto it = root.find("num_questions"); it != root.end()) {
     if (!it->is_number_unsigned() || it->get<std::uint64_t>() == 0) {
@@ -243,6 +256,87 @@ Verdict judge(const Baseline& baseline, const Metrics& metrics,
     v.reasons.push_back(text);
   }
   v.pass = v.reasons.empty();
+  return v;
+}
+
+// ---------------------------------------------------------------- throughput
+
+namespace {
+
+constexpr const char* kThroughputExpected =
+    "expected {\"benchmark\": \"throughput\", \"output_throughput\": token/s, \"tolerance\": "
+    "{\"mode\": \"relative\"|\"absolute\", \"value\": v}, \"machine\": \"...\"}";
+
+ThroughputBaseline throughput_baseline_from_json(const json& root, const std::string& file) {
+  const Reader r(file);
+  if (!root.is_object()) {
+    throw InputError(file + ": found " + a_json_type(root) + "; " + kThroughputExpected);
+  }
+  if (root.contains("accuracy")) {
+    throw InputError(file + ": an accuracy baseline (\"accuracy\"); --mode throughput needs " +
+                     kThroughputExpected);
+  }
+  r.only_keys(root, "",
+              {"benchmark", "output_throughput", "tolerance", "machine", "layout", "description"});
+  if (const json& benchmark = r.get(root, "", "benchmark"); benchmark != "throughput")
+    r.fail("benchmark", "is " + benchmark.dump() + ", expected \"throughput\"");
+  ThroughputBaseline b;
+  b.source = file;
+  b.output_throughput =
+      r.number_in(r.get(root, "", "output_throughput"), "output_throughput", 0, true,
+                  std::numeric_limits<double>::max());
+  b.tolerance = tolerance_from_json(r, root, b.output_throughput);
+  const json& machine = r.get(root, "", "machine");
+  if (!machine.is_string() || machine.get<std::string>().empty())
+    r.fail("machine", "is " + machine.dump() + ", expected the machine class it was measured on");
+  b.machine = machine.get<std::string>();
+  b.layout = optional_string(r, root, "layout");
+  b.description = optional_string(r, root, "description");
+  return b;
+}
+
+}  // namespace
+
+double ThroughputBaseline::threshold() const {
+  return tolerance.mode == Tolerance::Mode::kRelative ? output_throughput * tolerance.value
+                                                      : output_throughput - tolerance.value;
+}
+
+ThroughputBaseline read_throughput_baseline(const std::filesystem::path& path) {
+  const std::string file = path.string();
+  return read_json(read_text_file(path, "baseline"), {file, kThroughputExpected},
+                   [&](const json& root) { return throughput_baseline_from_json(root, file); });
+}
+
+void check_throughput_baseline_fits(const ThroughputBaseline& baseline, const std::string& machine,
+                                    const std::string& layout) {
+  if (baseline.machine != machine) {
+    throw UsageError(baseline.source + " was measured on \"" + baseline.machine +
+                     "\", this machine is \"" + machine +
+                     "\" (throughput verdicts compare one machine class: measure a baseline here)");
+  }
+  if (!baseline.layout.empty() && baseline.layout != layout) {
+    throw UsageError(baseline.source + " was measured with layout \"" + baseline.layout +
+                     "\", this run has \"" + layout + "\"");
+  }
+}
+
+ThroughputVerdict judge_throughput(const ThroughputBaseline& baseline, double output_throughput) {
+  ThroughputVerdict v;
+  v.measured = output_throughput;
+  v.baseline = baseline.output_throughput;
+  v.threshold = baseline.threshold();
+  v.pass = v.measured >= v.threshold;  // NaN fails
+  if (!v.pass) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "output throughput %.3f token/s is %.1f %% below the baseline %.3f token/s, "
+                  "under the threshold %.3f (%s tolerance %g)",
+                  v.measured, 100.0 * (1.0 - v.measured / v.baseline), v.baseline, v.threshold,
+                  baseline.tolerance.mode == Tolerance::Mode::kRelative ? "relative" : "absolute",
+                  baseline.tolerance.value);
+    v.reason = buf;
+  }
   return v;
 }
 

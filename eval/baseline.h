@@ -84,4 +84,41 @@ struct Verdict {
 Verdict judge(const Baseline& baseline, const Metrics& metrics,
               std::span<const QuestionResult> results);
 
+// ---------------------------------------------------------------- throughput
+//
+// A throughput baseline (k3eval --mode throughput --baseline FILE):
+//   {"benchmark": "throughput",
+//    "output_throughput": 75.3,                                token/s, > 0
+//    "tolerance": {"mode": "relative", "value": 0.9},          or absolute, in token/s
+//    "machine": "<CPU model> (<n> logical CPUs)",              machine_class() where measured
+//    "layout": "world=8 tp=8 ...",                             (optional: the run must match)
+//    "description": "where the number comes from"}             (optional)
+// relative: pass when output throughput >= baseline * value; absolute: >= baseline - value.
+// Speeds are only comparable on one machine class and layout, so a run elsewhere is refused.
+struct ThroughputBaseline {
+  double output_throughput = 0;
+  Tolerance tolerance;
+  std::string machine;
+  std::string layout;  // "": any
+  std::string description;
+  std::string source;
+
+  double threshold() const;
+};
+
+// Strict, as read_baseline; an accuracy baseline is refused with a message saying so.
+ThroughputBaseline read_throughput_baseline(const std::filesystem::path& path);
+
+// Before the run: UsageError naming the baseline when it was measured on another machine class
+// or layout than `machine` / `layout`.
+void check_throughput_baseline_fits(const ThroughputBaseline& baseline, const std::string& machine,
+                                    const std::string& layout);
+
+struct ThroughputVerdict {
+  bool pass = true;
+  double measured = 0, baseline = 0, threshold = 0;  // output token/s
+  std::string reason;                                // "" when passing
+};
+ThroughputVerdict judge_throughput(const ThroughputBaseline& baseline, double output_throughput);
+
 }  // namespace k3::eval

@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <numeric>
 
 namespace k3::eval {
@@ -122,6 +125,18 @@ std::string format_throughput_block(const ThroughputMetrics& m) {
   return out;
 }
 
+std::string machine_class() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, model = "unknown CPU";
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const auto colon = line.find(':');
+    if (colon != std::string::npos) model = line.substr(line.find_first_not_of(' ', colon + 1));
+    break;
+  }
+  return fmt::format("{} ({} logical CPUs)", model, ::sysconf(_SC_NPROCESSORS_ONLN));
+}
+
 nlohmann::ordered_json to_json(const ThroughputRequest& r) {
   nlohmann::ordered_json j;
   j["id"] = r.id;
@@ -134,6 +149,7 @@ nlohmann::ordered_json to_json(const ThroughputRequest& r) {
 }
 
 nlohmann::ordered_json throughput_summary_json(const ThroughputMetrics& m,
+                                               const ThroughputVerdict* verdict,
                                                const nlohmann::json& config) {
   auto latency = [](const LatencyStats& s) {
     return nlohmann::ordered_json{{"mean", s.mean_s}, {"median", s.median_s}, {"p99", s.p99_s}};
@@ -147,7 +163,7 @@ nlohmann::ordered_json throughput_summary_json(const ThroughputMetrics& m,
                       {"seconds", g.seconds}});
   }
   nlohmann::ordered_json j;
-  j["status"] = "ok";
+  j["status"] = verdict && !verdict->pass ? "regression" : "ok";
   j["kind"] = "throughput";
   j["metrics"] = {{"requests", m.requests},
                   {"input_tokens", m.input_tokens},
@@ -161,6 +177,15 @@ nlohmann::ordered_json throughput_summary_json(const ThroughputMetrics& m,
                   {"tpot_s", latency(m.tpot)},
                   {"e2e_latency_s", latency(m.e2e)},
                   {"dp_groups", groups}};
+  if (verdict) {
+    j["verdict"] = {{"pass", verdict->pass},
+                    {"output_throughput", verdict->measured},
+                    {"baseline_output_throughput", verdict->baseline},
+                    {"threshold", verdict->threshold},
+                    {"reason", verdict->reason}};
+  } else {
+    j["verdict"] = nullptr;
+  }
   j["config"] = config;
   return j;
 }

@@ -35,6 +35,8 @@
 #include <string>
 #include <vector>
 
+#include "eval/baseline.h"
+
 namespace k3::eval {
 
 // One request of the measurement.
@@ -82,10 +84,16 @@ double percentile(std::vector<double> values, double q);
 // The block above, each line ending in '\n'.
 std::string format_throughput_block(const ThroughputMetrics& metrics);
 
+// The machine class a throughput baseline records: "<CPU model> (<n> logical CPUs)" from
+// /proc/cpuinfo and the online CPU count.
+std::string machine_class();
+
 // requests.jsonl lines, in the order of the struct.
 nlohmann::ordered_json to_json(const ThroughputRequest& request);
-// summary.json of a throughput run: {"status", "kind": "throughput", "metrics": {...}, "config"}.
+// summary.json of a throughput run: {"status", "kind": "throughput", "metrics": {...},
+// "verdict": {...} or null, "config"}.
 nlohmann::ordered_json throughput_summary_json(const ThroughputMetrics& metrics,
+                                               const ThroughputVerdict* verdict,
                                                const nlohmann::json& config);
 
 }  // namespace k3::eval

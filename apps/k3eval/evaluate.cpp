@@ -20,6 +20,7 @@
 #include "dist/logging.h"
 #include "dist/watchdog.h"
 #include "eval/baseline.h"
+#include "eval/throughput.h"
 #include "eval/dataset.h"
 #include "eval/log_scan.h"
 #include "eval/metrics.h"
@@ -438,11 +439,20 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
   });
   const bool root = runtime.rank() == 0;
   const fs::path artifacts = o.artifacts_dir;
+  // A verdict compares speeds of one machine class and layout: checked before loading.
+  std::optional<eval::ThroughputBaseline> baseline;
+  runtime.collectively([&] {
+    if (o.baseline.empty()) return;
+    baseline = eval::read_throughput_baseline(o.baseline);
+    eval::check_throughput_baseline_fits(*baseline, eval::machine_class(),
+                                         groups.layout().summary());
+  });
   if (root && !artifacts.empty()) {
     fs::create_directories(artifacts);
     std::ofstream(artifacts / "command.txt") << o.command_line << "\n";
     nlohmann::json config = config_json(o, groups.layout());
     config["mode"] = "throughput";
+    config["machine"] = eval::machine_class();
     config["dataset_name"] = o.dataset_name;
     config["num_prompts"] = o.num_prompts;
     config["random_input_len"] = o.input_len;
@@ -501,19 +511,34 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
   dist::set_stage("throughput generation");
   spdlog::info("throughput: {} {} prompts, all in flight", prompts.size(), o.dataset_name);
   const auto out = eval::run_throughput(*engine, groups, prompts, output_lens, ro);
+  int code = 0;
   if (root) {
     const auto metrics = eval::compute_throughput_metrics(out.requests, out.seconds, out.dp_groups);
     std::fputs(eval::format_throughput_block(metrics).c_str(), stdout);
-    std::fflush(stdout);
+    std::optional<eval::ThroughputVerdict> verdict;
+    if (baseline) {
+      verdict = eval::judge_throughput(*baseline, metrics.output_throughput());
+      std::printf("Baseline: %.3f token/s (%s), threshold %.3f token/s: %s\n", verdict->baseline,
+                  baseline->source.c_str(), verdict->threshold,
+                  verdict->pass ? "PASS" : "REGRESSION");
+      if (!verdict->pass) std::printf("  %s\n", verdict->reason.c_str());
+    }
+    const auto status = verdict && !verdict->pass ? eval::RunStatus::kRegression : eval::RunStatus::kOk;
     if (!artifacts.empty()) {
       std::string lines;
       for (const auto& r : out.requests) lines += eval::to_json(r).dump() + "\n";
       eval::write_file_atomically(artifacts / "requests.jsonl", lines);
       eval::write_summary(artifacts / "summary.json",
-                          eval::throughput_summary_json(metrics, config_json(o, groups.layout())));
+                          eval::throughput_summary_json(metrics, verdict ? &*verdict : nullptr,
+                                                        config_json(o, groups.layout())));
+      eval::write_status(artifacts / "status", status);
     }
+    code = status == eval::RunStatus::kOk ? 0 : 1;
+    std::printf("Status: %s\n", std::string(eval::status_word(status)).c_str());
+    std::fflush(stdout);
   }
-  return 0;
+  dist::bcast(groups.world(), std::span<int>(&code, 1), 0);
+  return code;
 }
 
 int run_logits(dist::Runtime& runtime, const dist::Groups& groups, const K3evalOptions& o) {

@@ -95,7 +95,8 @@ po::options_description describe(K3evalOptions& o) {
       ("dp-balance", po::value(&o.dp_balance)->value_name("HOW"),
        "round-robin (default) or tokens: balance DP groups by prompt tokens")
       ("baseline", po::value(&o.baseline)->value_name("FILE"),
-       "accuracy baseline JSON with its tolerance: exit 1 on a regression")
+       "baseline JSON with its tolerance: accuracy (and golden tokens) for an evaluation, "
+       "output token/s on one machine class for --mode throughput; exit 1 on a regression")
       ("history", po::value(&o.history)->value_name("FILE"),
        "HDF5 run history to append to (default: <artifacts-dir>/history.h5)")
       ("progress", po::value(&o.progress)->value_name("HOW"),

@@ -364,6 +364,35 @@ for label, total in (("Request throughput (req/s):", 8), ("Input token throughpu
 assert abs(value("Mean E2E Latency (ms):") - 1e3 * sum(r["latency_s"] for r in rows) / 8) <= 0.005
 assert json.load(open(a + "/config.json"))["dataset_name"] == "random"
 PY
+    # A verdict against a throughput baseline of this machine class: far above the measured
+    # speed is a regression (exit 1), far below passes; another machine class is refused before
+    # loading (speeds of different machines are not comparable).
+    machine=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["machine"])' "$work/a/config.json")
+    measured=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["metrics"]["output_throughput"])' "$work/a/summary.json")
+    for factor in 100 0.01; do
+      python3 - "$work/b-$factor.json" "$machine" "$measured" "$factor" <<'PY'
+import json, sys
+json.dump({"benchmark": "throughput", "output_throughput": float(sys.argv[3]) * float(sys.argv[4]),
+           "tolerance": {"mode": "relative", "value": 0.9}, "machine": sys.argv[2]},
+          open(sys.argv[1], "w"))
+PY
+    done
+    throughput=("${common[@]}" "${layout8[@]}" --mode throughput --random-input-len 32 --random-output-len 6 --num-prompts 8)
+    run 8 "${throughput[@]}" --baseline "$work/b-100.json" --artifacts-dir "$work/r"
+    expect_rc 1
+    expect_out '^Baseline: [0-9.]+ token/s .*: REGRESSION$'
+    expect_out '^  output throughput [0-9.]+ token/s is [0-9.]+ % below the baseline'
+    expect_out '^Status: regression$'
+    [[ $(cat "$work/r/status") == regression ]] || fail "status file: $(cat "$work/r/status")"
+    grep -q '"pass": false' "$work/r/summary.json" || fail "summary.json lacks the verdict"
+    run 8 "${throughput[@]}" --baseline "$work/b-0.01.json"
+    expect_rc 0
+    expect_out ': PASS$'
+    sed "s/\"machine\": \"[^\"]*\"/\"machine\": \"another CPU (64 logical CPUs)\"/" "$work/b-0.01.json" >"$work/b-other.json"
+    run 8 "${throughput[@]}" --baseline "$work/b-other.json"
+    expect_rc 2
+    expect_err 'this machine is'
+    grep -q "shards loaded" "$work/err" && fail "a baseline of another machine was refused only after loading"
     # Today's names stay aliases; SGLang's random range ratio draws lengths from the seed.
     run 8 "${common[@]}" "${layout8[@]}" --mode throughput --input-len 32 --output-len 6 \
       --num-prompts 8 --random-range-ratio 0.5 --seed 3

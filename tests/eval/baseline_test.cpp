@@ -2,6 +2,8 @@
 // completions, and malformed baseline files named with the offending key.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "eval/baseline.h"
 #include "tests/eval/test_util.h"
 
@@ -165,6 +167,82 @@ TEST(Baseline, MalformedFilesNameTheKey) {
             ": found an array; expected {\"accuracy\": x, \"tolerance\": {\"mode\": "
             "\"relative\"|\"absolute\", \"value\": v}, \"golden\": [{\"id\": i, \"token_ids\": "
             "[...]}] (optional)}");
+}
+
+// ---------------------------------------------------------------- throughput
+
+std::string throughput_error(const std::string& json) {
+  const fs::path p = test::write_file(test::scratch_dir() / "throughput.json", json);
+  const std::string message = test::error_of([&] { read_throughput_baseline(p); });
+  return message.rfind(p.string(), 0) == 0 ? message.substr(p.string().size()) : message;
+}
+
+ThroughputBaseline throughput_from(const std::string& json) {
+  return read_throughput_baseline(test::write_file(test::scratch_dir() / "throughput.json", json));
+}
+
+TEST(ThroughputBaseline, RelativeAndAbsoluteTolerancesSetTheThreshold) {
+  const auto rel = throughput_from(
+      R"J({"benchmark": "throughput", "output_throughput": 100, "tolerance": {"mode": "relative",
+          "value": 0.9}, "machine": "cpu (2 logical CPUs)", "description": "nightly"})J");
+  EXPECT_DOUBLE_EQ(rel.threshold(), 90);
+  EXPECT_EQ(rel.machine, "cpu (2 logical CPUs)");
+  EXPECT_TRUE(judge_throughput(rel, 100).pass);  // a baseline at the measured value passes
+  EXPECT_TRUE(judge_throughput(rel, 90).pass);
+  const auto below = judge_throughput(rel, 80);  // 20 % under: a regression
+  EXPECT_FALSE(below.pass);
+  EXPECT_EQ(below.reason,
+            "output throughput 80.000 token/s is 20.0 % below the baseline 100.000 token/s, under "
+            "the threshold 90.000 (relative tolerance 0.9)");
+  EXPECT_FALSE(judge_throughput(rel, std::nan("")).pass);
+  const auto abs = throughput_from(
+      R"J({"benchmark": "throughput", "output_throughput": 100, "tolerance": {"mode": "absolute",
+          "value": 15}, "machine": "m", "layout": "world=8"})J");
+  EXPECT_DOUBLE_EQ(abs.threshold(), 85);
+  EXPECT_FALSE(judge_throughput(abs, 84.9).pass);
+}
+
+TEST(ThroughputBaseline, OtherMachinesAndLayoutsAreRefusedBeforeTheRun) {
+  const auto b = throughput_from(
+      R"J({"benchmark": "throughput", "output_throughput": 100, "tolerance": {"mode": "relative",
+          "value": 0.9}, "machine": "cpu A (2 logical CPUs)", "layout": "world=8 tp=8"})J");
+  EXPECT_NO_THROW(check_throughput_baseline_fits(b, "cpu A (2 logical CPUs)", "world=8 tp=8"));
+  const std::string other =
+      test::error_of([&] { check_throughput_baseline_fits(b, "cpu B (64 logical CPUs)", "world=8 tp=8"); });
+  EXPECT_NE(other.find("was measured on \"cpu A (2 logical CPUs)\", this machine is \"cpu B (64 "
+                       "logical CPUs)\""),
+            std::string::npos)
+      << other;
+  const std::string layout =
+      test::error_of([&] { check_throughput_baseline_fits(b, "cpu A (2 logical CPUs)", "world=1"); });
+  EXPECT_NE(layout.find("was measured with layout \"world=8 tp=8\", this run has \"world=1\""),
+            std::string::npos)
+      << layout;
+}
+
+TEST(ThroughputBaseline, MalformedFilesNameTheKey) {
+  EXPECT_NE(throughput_error(R"J({"accuracy": 0.9, "tolerance": {"mode": "relative", "value": 0.99}})J")
+                .find("an accuracy baseline"),
+            std::string::npos);
+  EXPECT_EQ(throughput_error(R"J({"benchmark": "gsm8k", "output_throughput": 1, "tolerance":
+      {"mode": "relative", "value": 0.9}, "machine": "m"})J"),
+            ": \"benchmark\" is \"gsm8k\", expected \"throughput\"");
+  EXPECT_EQ(throughput_error(R"J({"benchmark": "throughput", "output_throughput": 0, "tolerance":
+      {"mode": "relative", "value": 0.9}, "machine": "m"})J").rfind(": \"output_throughput\" is 0", 0),
+            0u);
+  EXPECT_EQ(throughput_error(R"J({"benchmark": "throughput", "output_throughput": 10, "tolerance":
+      {"mode": "absolute", "value": 11}, "machine": "m"})J").rfind(": \"tolerance.value\" is 11", 0),
+            0u);
+  EXPECT_EQ(throughput_error(R"J({"benchmark": "throughput", "output_throughput": 10, "tolerance":
+      {"mode": "relative", "value": 0.9}})J"),
+            ": missing \"machine\"");
+  EXPECT_NE(throughput_error(R"J({"benchmark": "throughput", "output_throughput": 10, "tolerance":
+      {"mode": "relative", "value": 0.9}, "machine": "m", "speed": 3})J").find("unknown key \"speed\""),
+            std::string::npos);
+  // And an accuracy run refuses a throughput baseline, saying what it is.
+  EXPECT_NE(baseline_error(R"J({"benchmark": "throughput", "accuracy": 0.5, "tolerance": {"mode":
+      "relative", "value": 0.9}})J").find("use it with --mode throughput"),
+            std::string::npos);
 }
 
 }  // namespace

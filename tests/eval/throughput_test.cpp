@@ -100,7 +100,7 @@ TEST(Throughput, RequestLinesAndSummaryCarryTheFigures) {
   EXPECT_EQ(to_json(three()[0]).dump(),
             R"({"id":0,"dp_group":0,"input_tokens":10,"output_tokens":5,"ttft_s":0.1,"latency_s":0.5})");
   const auto summary =
-      throughput_summary_json(compute_throughput_metrics(three(), 1.5, 3), {{"seed", 7}});
+      throughput_summary_json(compute_throughput_metrics(three(), 1.5, 3), nullptr, {{"seed", 7}});
   EXPECT_EQ(summary["kind"], "throughput");
   EXPECT_EQ(summary["status"], "ok");
   EXPECT_EQ(summary["metrics"]["output_tokens"], 9);
@@ -108,6 +108,7 @@ TEST(Throughput, RequestLinesAndSummaryCarryTheFigures) {
   EXPECT_DOUBLE_EQ(summary["metrics"]["tpot_s"]["median"].get<double>(), 0.15);
   EXPECT_EQ(summary["metrics"]["dp_groups"].size(), 3u);
   EXPECT_EQ(summary["config"]["seed"], 7);
+  EXPECT_TRUE(summary["verdict"].is_null());
 }
 
 }  // namespace
