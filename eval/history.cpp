@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <tuple>
 #include <string_view>
 #include <utility>
 
@@ -53,13 +54,13 @@ bool matches(const RunRecord& run, const SeriesFilter& filter) {
 // Every series of the history (or of the matching runs), in the order of their first runs.
 std::vector<Series> group_series(const History& history, const SeriesFilter& filter) {
   std::vector<Series> out;
-  std::map<std::pair<std::string, std::string>, std::size_t> index;
+  std::map<std::tuple<std::string, std::string, std::string>, std::size_t> index;
   for (std::size_t n = 0; n < history.runs.size(); ++n) {
     const RunRecord& r = history.runs[n];
     if (!matches(r, filter)) continue;
-    const auto key = std::make_pair(normal_checkpoint(r.checkpoint), r.config_name);
+    const auto key = std::make_tuple(normal_checkpoint(r.checkpoint), r.config_name, r.kind);
     auto [it, added] = index.try_emplace(key, out.size());
-    if (added) out.push_back(Series{r.checkpoint, r.config_name, {}});
+    if (added) out.push_back(Series{r.checkpoint, r.config_name, {}, r.kind});
     out[it->second].runs.push_back(n);
   }
   return out;
@@ -88,7 +89,8 @@ std::vector<Series> group_series(const History& history, const SeriesFilter& fil
 }  // namespace
 
 std::string Series::name() const {
-  return "checkpoint " + checkpoint + ", configuration " + config_text(config_name);
+  return "checkpoint " + checkpoint + ", configuration " + config_text(config_name) +
+         (kind == "throughput" ? ", offline throughput runs" : "");
 }
 
 std::vector<Series> select_series(const History& history, const SeriesFilter& filter) {
@@ -155,8 +157,9 @@ std::string format_trend(const Series& series, const std::vector<TrendRow>& rows
           : fmt::format("{}: last {} of {} runs\n", series.name(), rows.size(), series.runs.size());
   out += fmt::format(
       "{:>5}  {:<20}  {:>9}  {:>8}  {:>7}  {:>7}  {:>7}  {:>10}  {:>7}  {:>9}  {:>7}  {}\n", "run",
-      "timestamp", "questions", "accuracy", "change", "invalid", "change", "out tok/s", "change",
-      "latency s", "change", "verdict");
+      "timestamp", series.kind == "throughput" ? "requests" : "questions", "accuracy", "change",
+      "invalid", "change", "out tok/s", "change",
+      series.kind == "throughput" ? "duration" : "latency s", "change", "verdict");
   for (const TrendRow& row : rows) {
     const RunRecord& r = *row.record;
     out += fmt::format(
@@ -202,6 +205,14 @@ std::string id_list(const std::vector<std::size_t>& ids) {
 }  // namespace
 
 Comparison compare_runs(const History& history, std::size_t a, std::size_t b) {
+  for (std::size_t n : {a, b}) {
+    if (history.run(n).kind == "throughput") {
+      throw InputError(fmt::format(
+          "{}: run {} is an offline throughput run: compare looks at evaluations question by "
+          "question (k3report trend shows throughput runs)",
+          history.path.string(), n));
+    }
+  }
   Comparison c;
   c.run_a = a;
   c.run_b = b;
@@ -311,6 +322,37 @@ CheckResult check_latest(const History& history, const SeriesFilter& filter,
     result.line = head + " ok: " + why;
     return result;
   };
+  if (r.kind == "throughput") {
+    const double now = r.output_throughput;
+    if (r.verdict != "ok") {
+      return regression(fmt::format("verdict \"{}\" (output throughput {} token/s, baseline {}, "
+                                    "threshold {})",
+                                    r.verdict, number(now, "{:.3f}"),
+                                    number(r.baseline_output_throughput, "{:.3f}"),
+                                    number(r.throughput_threshold, "{:.3f}")));
+    }
+    if (std::isfinite(r.baseline_output_throughput)) {
+      return ok(fmt::format("verdict ok against the throughput baseline ({} token/s, threshold {})",
+                            number(now, "{:.3f}"), number(r.throughput_threshold, "{:.3f}")));
+    }
+    if (series.runs.size() < 2) {
+      return ok(fmt::format("output throughput {} token/s, no baseline and no previous run to "
+                            "compare with",
+                            number(now, "{:.3f}")));
+    }
+    const std::size_t prev_n = series.runs[series.runs.size() - 2];
+    const double prev = history.run(prev_n).output_throughput;
+    const bool relative = tolerance.mode == Tolerance::Mode::kRelative;
+    const double bound = relative ? prev * tolerance.value : prev - tolerance.value;
+    const std::string rule =
+        fmt::format("previous run {}: {:.3f} {} {} ({} tolerance)", prev_n, prev,
+                    relative ? "x" : "-", tolerance.value, relative ? "relative" : "absolute");
+    if (!(now >= bound)) {
+      return regression(
+          fmt::format("output throughput {} token/s is below {:.3f} ({})", number(now, "{:.3f}"), bound, rule));
+    }
+    return ok(fmt::format("output throughput {:.3f} token/s >= {:.3f} ({})", now, bound, rule));
+  }
   const bool has_baseline = std::isfinite(r.baseline_accuracy);
   if (r.verdict != "ok") {
     std::string details = "accuracy " + number(r.accuracy, "{:.4f}");
@@ -556,7 +598,8 @@ std::string plot_svg(const History& history, const Series& series) {
     tput.decimals = tput.step >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(tput.step) - 1e-9));
   }
 
-  const std::string title = "GSM8K accuracy and output throughput";
+  const std::string title = series.kind == "throughput" ? "Offline output throughput"
+                                                        : "GSM8K accuracy and output throughput";
   const std::string first = runs.front()->timestamp.substr(0, 10);
   const std::string last = runs.back()->timestamp.substr(0, 10);
   const std::string subtitle =

@@ -40,12 +40,16 @@ struct SeriesFilter {
   std::optional<std::string> config_name;  // "" selects runs made without a configuration
 };
 
+// Evaluations and offline throughput runs (RunRecord::kind) form separate series: each is
+// compared with its own kind.
 struct Series {
   std::string checkpoint;
   std::string config_name;
   std::vector<std::size_t> runs;  // run numbers, ascending
+  std::string kind = "eval";
 
-  // "checkpoint <path>, configuration <name>" ("(none)" for an empty name).
+  // "checkpoint <path>, configuration <name>" ("(none)" for an empty name), plus ", offline
+  // throughput runs" for that kind.
   std::string name() const;
 };
 
@@ -99,7 +103,8 @@ struct Comparison {
 };
 
 // Run `a` (the older) against run `b`, question by question (matched by question id).
-// InputError for an unknown run number or a run holding a question id twice.
+// InputError for an unknown run number, a run holding a question id twice, or an offline
+// throughput run (it has no questions: trend shows its figures).
 Comparison compare_runs(const History& history, std::size_t a, std::size_t b);
 
 // One line per change ("id 3: 540 -> 541, correct -> incorrect, tokens differ from position
@@ -116,6 +121,9 @@ struct CheckResult {
 };
 
 // Judges the latest run matching `filter`. It regressed when its verdict is anything but "ok"
+// ("regression", "error"). An offline throughput run is judged the same way on its output
+// throughput (token/s): its throughput baseline when it had one, else the previous throughput
+// run of its series with the tolerance. For an evaluation: verdict not "ok"
 // ("regression", "error"). With an "ok" verdict and a baseline recorded, the baseline verdict
 // stands. Without a baseline, its accuracy is compared with the previous run of its series:
 // absolute tolerance t fails below previous - t, relative tolerance r (SGLang's x 0.99) fails

@@ -376,14 +376,15 @@ void write_run(const H5& h5, hid_t runs, std::size_t n, const RunRecord& run) {
   const std::pair<const char*, const std::string*> strings[] = {
       {"timestamp", &run.timestamp},     {"version", &run.version}, {"checkpoint", &run.checkpoint},
       {"config_name", &run.config_name}, {"layout", &run.layout},   {"extractor", &run.extractor},
-      {"verdict", &run.verdict}};
+      {"verdict", &run.verdict},         {"kind", &run.kind}};
   for (const auto& [name, value] : strings) h5.write_string_attr(g.get(), name, *value);
   const std::pair<const char*, std::uint64_t> counts[] = {
       {"num_shots", run.num_shots},
       {"num_questions", run.num_questions},
       {"completion_tokens", run.completion_tokens},
       {"log_errors", run.log_errors},
-      {"resumed_after", run.resumed_after}};
+      {"resumed_after", run.resumed_after},
+      {"input_tokens", run.input_tokens}};
   for (const auto& [name, value] : counts) {
     h5.write_attr(g.get(), name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &value);
   }
@@ -392,7 +393,10 @@ void write_run(const H5& h5, hid_t runs, std::size_t n, const RunRecord& run) {
                                                   {"latency_s", run.latency_s},
                                                   {"output_throughput", run.output_throughput},
                                                   {"baseline_accuracy", run.baseline_accuracy},
-                                                  {"threshold", run.threshold}};
+                                                  {"threshold", run.threshold},
+                                                  {"baseline_output_throughput",
+                                                   run.baseline_output_throughput},
+                                                  {"throughput_threshold", run.throughput_threshold}};
   for (const auto& [name, value] : reals) {
     h5.write_attr(g.get(), name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
   }
@@ -447,10 +451,25 @@ RunRecord read_run(const H5& h5, hid_t runs, std::size_t n) {
   for (const auto& [attr, value] : counts) {
     *value = h5.read_attr<std::uint64_t>(g.get(), where, attr, H5T_NATIVE_UINT64, H5T_INTEGER);
   }
-  // Histories written before resumed runs were marked have no such attribute: not resumed.
-  if (H5Aexists(g.get(), "resumed_after") > 0) {
-    run.resumed_after = h5.read_attr<std::uint64_t>(g.get(), where, "resumed_after",
-                                                    H5T_NATIVE_UINT64, H5T_INTEGER);
+  // Attributes later than the first histories: absent means what those runs were (not resumed,
+  // an evaluation, no throughput figures).
+  const std::pair<const char*, std::uint64_t*> later_counts[] = {
+      {"resumed_after", &run.resumed_after}, {"input_tokens", &run.input_tokens}};
+  for (const auto& [attr, value] : later_counts) {
+    if (H5Aexists(g.get(), attr) > 0)
+      *value = h5.read_attr<std::uint64_t>(g.get(), where, attr, H5T_NATIVE_UINT64, H5T_INTEGER);
+  }
+  if (H5Aexists(g.get(), "kind") > 0) {
+    run.kind = h5.read_string_attr(g.get(), where, "kind");
+    if (run.kind != "eval" && run.kind != "throughput")
+      h5.fail(where + "attribute \"kind\" is \"" + run.kind + "\", expected eval or throughput");
+  }
+  const std::pair<const char*, double*> later_reals[] = {
+      {"baseline_output_throughput", &run.baseline_output_throughput},
+      {"throughput_threshold", &run.throughput_threshold}};
+  for (const auto& [attr, value] : later_reals) {
+    if (H5Aexists(g.get(), attr) > 0)
+      *value = h5.read_attr<double>(g.get(), where, attr, H5T_NATIVE_DOUBLE, H5T_FLOAT);
   }
   const std::pair<const char*, double*> reals[] = {{"accuracy", &run.accuracy},
                                                    {"invalid", &run.invalid},

@@ -77,8 +77,12 @@ nlohmann::json summary_json(const Metrics& metrics, const std::optional<Verdict>
 // Pretty-printed, written atomically.
 void write_summary(const std::filesystem::path& path, const nlohmann::json& summary);
 
-// One run of the history.
+// One run of the history: a GSM8K evaluation ("eval") or an offline throughput run
+// ("throughput", --mode throughput: no questions; num_questions counts its requests,
+// completion_tokens its generated tokens, latency_s is the benchmark duration, accuracy and
+// invalid are NaN).
 struct RunRecord {
+  std::string kind = "eval";  // "eval" or "throughput"; histories before the field: "eval"
   std::string timestamp;    // ISO 8601 UTC (utc_timestamp())
   std::string version;      // k3eval's version
   std::string checkpoint;   // the model path
@@ -99,6 +103,11 @@ struct RunRecord {
   double output_throughput = 0;
   double baseline_accuracy = std::numeric_limits<double>::quiet_NaN();  // NaN: no baseline
   double threshold = std::numeric_limits<double>::quiet_NaN();
+  // Throughput runs: prompt tokens, and the throughput baseline's token/s and threshold (NaN:
+  // no baseline).
+  std::uint64_t input_tokens = 0;
+  double baseline_output_throughput = std::numeric_limits<double>::quiet_NaN();
+  double throughput_threshold = std::numeric_limits<double>::quiet_NaN();
   std::vector<QuestionResult> results;
 };
 

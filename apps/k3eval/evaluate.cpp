@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include <fmt/format.h>
@@ -532,6 +533,31 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
                           eval::throughput_summary_json(metrics, verdict ? &*verdict : nullptr,
                                                         config_json(o, groups.layout())));
       eval::write_status(artifacts / "status", status);
+    }
+    const fs::path history = !o.history.empty()   ? fs::path(o.history)
+                             : !artifacts.empty() ? artifacts / "history.h5"
+                                                  : fs::path();
+    if (!history.empty()) {
+      eval::RunRecord rec;
+      rec.kind = "throughput";
+      rec.timestamp = eval::utc_timestamp(std::chrono::system_clock::now());
+      rec.version = K3_VERSION;
+      rec.checkpoint = o.model_path;
+      rec.config_name = o.config_file.empty() ? "" : fs::path(o.config_file).stem().string();
+      rec.layout = layout_name(groups.layout());
+      rec.verdict = std::string(eval::status_word(status));
+      rec.num_questions = metrics.requests;
+      rec.input_tokens = metrics.input_tokens;
+      rec.completion_tokens = metrics.output_tokens;
+      rec.accuracy = rec.invalid = std::numeric_limits<double>::quiet_NaN();
+      rec.latency_s = metrics.duration_s;
+      rec.output_throughput = metrics.output_throughput();
+      if (verdict) {
+        rec.baseline_output_throughput = verdict->baseline;
+        rec.throughput_threshold = verdict->threshold;
+      }
+      const std::size_t n = eval::append_history(history, rec);
+      spdlog::info("run {} appended to {}", n, history.string());
     }
     code = status == eval::RunStatus::kOk ? 0 : 1;
     std::printf("Status: %s\n", std::string(eval::status_word(status)).c_str());

@@ -344,6 +344,8 @@ PY
     expect_out '^P99 TTFT \(ms\): +[0-9]+\.[0-9]{2}$'
     expect_out '^Mean TPOT \(ms\): +[0-9]+\.[0-9]{2}$'
     [[ $(cat "$work/a/status") == ok ]] || fail "status file: $(cat "$work/a/status")"
+    h5dump -a /runs/0/kind "$work/a/history.h5" 2>&1 | grep -qF '"throughput"' ||
+      fail "history.h5 lacks a throughput record: $(h5dump -A "$work/a/history.h5" 2>&1 | head -20)"
     python3 - "$work/a" "$work/out" <<'PY' || fail "the report, requests.jsonl and summary.json disagree"
 import json, re, sys
 a, out = sys.argv[1], open(sys.argv[2]).read()

@@ -112,6 +112,26 @@ case $case_name in
     if command -v xmllint >/dev/null; then
       xmllint --noout "$svg" 2>"$work/xmllint" || fail "xmllint: $(cat "$work/xmllint")"
     fi
+
+    # An offline throughput run (issue 20) lands in the same history as run 3, in a series of
+    # its own shown beside the evaluations; check judges it on token/s; compare refuses it.
+    evaluate --mode throughput --random-input-len 16 --random-output-len 4 --num-prompts 2
+    [[ $eval_rc -eq 0 ]] || fail "k3eval throughput run exited $eval_rc: $(tail -5 "$work/eval.out")"
+    report trend
+    expect_rc 0
+    expect_out "^checkpoint $ck_re, configuration \(none\): 3 runs$"
+    expect_out "^checkpoint $ck_re, configuration \(none\), offline throughput runs: 1 run$"
+    expect_out '^  run  timestamp +requests  accuracy .* duration +change  verdict$'
+    expect_out '^    3  20[0-9-]{8}T[0-9:]{8}Z +2 +- +- +- +- +[0-9]+\.[0-9]{3} +- +[0-9]+\.[0-9]{3} +-  ok$'
+    report check
+    expect_rc 0
+    expect_out "^check: run 3 \(checkpoint $ck_re, configuration \(none\), offline throughput runs\) ok: output throughput [0-9]+\.[0-9]{3} token/s, no baseline and no previous run to compare with$"
+    report compare 2 3
+    expect_rc 2
+    grep -qF "run 3 is an offline throughput run" <<<"$err" || fail "compare did not refuse the throughput run: $err"
+    report plot --out "$work/throughput.svg"
+    expect_rc 0
+    grep -qF '>Offline output throughput</text>' "$work/throughput.svg" || fail "no throughput title"
     ;;
   errors_1)
     report trend

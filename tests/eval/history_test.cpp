@@ -416,6 +416,58 @@ TEST(HistoryCheck, WithoutABaselineAgainstThePreviousRunOfTheSeries) {
   EXPECT_NE(r.line.find("previous run 0 has no accuracy to compare with"), std::string::npos);
 }
 
+// ---------------------------------------------------------------- throughput runs
+
+RunRecord throughput_run(const std::string& checkpoint, double tokens_per_s, const std::string& t) {
+  RunRecord r = record(checkpoint, "n", kNaN, t);
+  r.kind = "throughput";
+  r.invalid = kNaN;
+  r.num_questions = 8;
+  r.input_tokens = 256;
+  r.completion_tokens = 48;
+  r.output_throughput = tokens_per_s;
+  return r;
+}
+
+TEST(HistoryThroughput, OwnSeriesBesideTheEvaluationsJudgedOnTokensPerSecond) {
+  // Evaluations and throughput runs of one checkpoint and configuration, interleaved.
+  const History h =
+      write_and_load({record("/c", "n", 0.5, "t0"), throughput_run("/c", 100, "t1"),
+                      record("/c", "n", 0.5, "t2"), throughput_run("/c", 80, "t3")});
+  const auto series = select_series(h, {});
+  ASSERT_EQ(series.size(), 2u);
+  EXPECT_EQ(series[0].runs, (std::vector<std::size_t>{0, 2}));
+  EXPECT_EQ(series[1].runs, (std::vector<std::size_t>{1, 3}));
+  EXPECT_EQ(series[1].name(), "checkpoint /c, configuration n, offline throughput runs");
+  // The trend of the throughput runs compares them with each other: -20 %, no accuracy.
+  const auto rows = trend(h, series[1]);
+  EXPECT_NEAR(rows[1].throughput_change, -0.2, 1e-12);
+  const std::string table = format_trend(series[1], rows);
+  EXPECT_NE(table.find("requests"), std::string::npos) << table;
+  EXPECT_NE(table.find("-20.0%"), std::string::npos) << table;
+  // The latest run is a throughput run 20 % below the previous one.
+  CheckResult r = check_latest(h, {}, Tolerance{Tolerance::Mode::kRelative, 0.9});
+  EXPECT_TRUE(r.regressed);
+  EXPECT_EQ(r.line,
+            "check: run 3 (checkpoint /c, configuration n, offline throughput runs) REGRESSION: "
+            "output throughput 80.000 token/s is below 90.000 (previous run 1: 100.000 x 0.9 "
+            "(relative tolerance))");
+  EXPECT_FALSE(check_latest(h, {}, Tolerance{Tolerance::Mode::kRelative, 0.8}).regressed);
+  // A throughput baseline recorded with the run decides instead.
+  RunRecord judged = throughput_run("/c", 80, "t4");
+  judged.baseline_output_throughput = 75;
+  judged.throughput_threshold = 67.5;
+  r = check_latest(write_and_load({throughput_run("/c", 200, "t0"), judged}), {},
+                   Tolerance{Tolerance::Mode::kRelative, 0.99});
+  EXPECT_FALSE(r.regressed) << r.line;
+  EXPECT_NE(r.line.find("against the throughput baseline"), std::string::npos) << r.line;
+  judged.verdict = "regression";
+  EXPECT_TRUE(check_latest(write_and_load({judged}), {}, kExact).regressed);
+  // compare is question by question: it refuses a throughput run, saying where to look.
+  const std::string message = test::error_of([&] { compare_runs(h, 0, 1); });
+  EXPECT_NE(message.find("run 1 is an offline throughput run"), std::string::npos) << message;
+}
+
 // ---------------------------------------------------------------- plot
 
 TEST(HistoryPlot, WellFormedSvgWithAxesPointsLinesTitleAndLegend) {

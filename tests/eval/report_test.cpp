@@ -1,6 +1,7 @@
 // Reports: the status word, the summary JSON, and the HDF5 history (two runs appended and read
 // back, dumped by h5dump, and files that are not histories refused by name).
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
 #include <cmath>
 #include <cstdio>
@@ -166,6 +167,43 @@ TEST(History, AppendTwoRunsAndReadThemBack) {
         "\"token_ids\"", "\"k3eval-history\""}) {
     EXPECT_NE(dump.find(needle), std::string::npos) << needle << "\n" << dump.substr(0, 2000);
   }
+}
+
+TEST(History, ThroughputRunsKeepTheirKindAndOlderHistoriesReadAsEvaluations) {
+  const fs::path p = test::scratch_dir() / "history.h5";
+  RunRecord t = run("/ckpt/tiny-hf", 0);
+  t.kind = "throughput";
+  t.num_questions = 8;
+  t.input_tokens = 256;
+  t.completion_tokens = 48;
+  t.accuracy = t.invalid = std::nan("");
+  t.baseline_output_throughput = 75;
+  t.throughput_threshold = 67.5;
+  append_history(p, run("/ckpt/tiny-hf", 2));
+  append_history(p, t);
+  auto h = read_history(p);
+  ASSERT_EQ(h.size(), 2u);
+  EXPECT_EQ(h[0].kind, "eval");
+  EXPECT_TRUE(std::isnan(h[0].baseline_output_throughput));
+  EXPECT_EQ(h[1].kind, "throughput");
+  EXPECT_EQ(h[1].input_tokens, 256u);
+  EXPECT_EQ(h[1].completion_tokens, 48u);
+  EXPECT_TRUE(std::isnan(h[1].accuracy));
+  EXPECT_EQ(h[1].baseline_output_throughput, 75);
+  EXPECT_EQ(h[1].throughput_threshold, 67.5);
+  // A history written before these attributes existed: its runs are evaluations.
+  const hid_t file = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  const hid_t g = H5Gopen2(file, "/runs/1", H5P_DEFAULT);
+  for (const char* attr :
+       {"kind", "input_tokens", "baseline_output_throughput", "throughput_threshold"})
+    EXPECT_GE(H5Adelete(g, attr), 0) << attr;
+  H5Gclose(g);
+  H5Fclose(file);
+  h = read_history(p);
+  EXPECT_EQ(h[1].kind, "eval");
+  EXPECT_EQ(h[1].input_tokens, 0u);
+  EXPECT_TRUE(std::isnan(h[1].throughput_threshold));
 }
 
 TEST(History, EmptyRunIsStored) {
