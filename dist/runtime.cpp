@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -216,10 +217,17 @@ NodeInfo Runtime::discover_nodes(int ranks_per_node) {
 }
 
 void Runtime::fatal(const std::string& message, ExitCode code) {
-  if (!first_on_host(job_token_)) silence_console();
+  // One message per host: the first rank to claim the host's name speaks, the others log to
+  // their files only. The claim lives as long as its process, so the speaker holds it a moment
+  // before aborting (ranks failing at the same time then find it taken, whatever their speed),
+  // and the others wait as long for its line to be out before their abort ends the job.
+  const bool first = first_on_host(job_token_);
+  if (!first) silence_console();
   spdlog::critical("fatal: {} (aborting the job with exit code {})", message,
                    static_cast<int>(code));
   flush_logs();
+  std::this_thread::sleep_for(first ? std::chrono::milliseconds(500)
+                                    : std::chrono::milliseconds(200));
   MPI_Abort(MPI_COMM_WORLD, static_cast<int>(code));
   std::_Exit(static_cast<int>(code));  // MPI_Abort does not return; this satisfies [[noreturn]]
 }
