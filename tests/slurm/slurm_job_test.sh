@@ -143,6 +143,39 @@ case $case_name in
     grep -qF "Golden tokens: 20 of 20 completions identical" "$output" || fail "output lacks the golden canary's line"
     [[ $(cat "$artifacts-golden/status" 2>/dev/null) == ok ]] || fail "no golden canary artifacts with status ok in $artifacts-golden"
     ;;
+  nightly_throughput_8)
+    # The nightly throughput job (issue 20) twice on one history: SGLang's report, a record per
+    # night, k3report check against the previous night; then a baseline 100 x above this
+    # machine's measured speed: k3eval's verdict fails the job with exit 1.
+    export K3_HISTORY=$work/throughput.h5
+    small=(--random-input-len 16 --random-output-len 4 --num-prompts 8)
+    submit -n 8 "$repo/jobs/slurm/nightly-throughput.sbatch" "${layout_8[@]}" --model-path "$checkpoint" "${small[@]}"
+    wait_job 240
+    [[ $state == COMPLETED && $exit_code == 0:0 ]] || { show_output; fail "JobState=$state ExitCode=$exit_code, expected COMPLETED 0:0"; }
+    for line in "====== Offline Throughput Benchmark Result =======" "Successful requests:                     8" \
+                "Total generated tokens:                  32" "Status: ok" \
+                "offline throughput runs) ok: output throughput"; do
+      grep -qF -- "$line" "$output" || fail "output lacks '$line'"
+    done
+    first=$job
+    K3_TOLERANCE=0.000001 submit -n 8 "$repo/jobs/slurm/nightly-throughput.sbatch" "${layout_8[@]}" \
+      --model-path "$checkpoint" "${small[@]}"
+    wait_job 240
+    [[ $state == COMPLETED ]] || { show_output; fail "second night: JobState=$state"; }
+    grep -qE "^check: run 1 \(.*offline throughput runs\) ok: output throughput [0-9.]+ token/s >= [0-9.]+ \(previous run 0: " "$output" ||
+      fail "the second night was not checked against the first: $(grep '^check' "$output")"
+    machine=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["machine"])' "$work/artifacts/$first/config.json")
+    measured=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["metrics"]["output_throughput"])' "$work/artifacts/$first/summary.json")
+    python3 -c 'import json, sys; json.dump({"benchmark": "throughput", "output_throughput": 100 * float(sys.argv[2]),
+      "tolerance": {"mode": "relative", "value": 0.9}, "machine": sys.argv[1]}, open(sys.argv[3], "w"))' \
+      "$machine" "$measured" "$work/high.json"
+    submit -n 8 "$repo/jobs/slurm/nightly-throughput.sbatch" "${layout_8[@]}" --model-path "$checkpoint" \
+      "${small[@]}" --baseline "$work/high.json"
+    wait_job 240
+    [[ $state == FAILED && $exit_code == 1:0 ]] || { show_output; fail "JobState=$state ExitCode=$exit_code, expected FAILED 1:0"; }
+    grep -qF "REGRESSION" "$output" || fail "the job output lacks the verdict"
+    [[ $(cat "$work/artifacts/$job/status") == regression ]] || fail "status file is not 'regression'"
+    ;;
   nightly_gsm8k_failed_8)
     # A baseline out of reach for random weights (the config's real one, 0.970 on GSM8K-200,
     # cannot judge 3 questions): k3eval reports the regression and exits 1, so the Slurm job
