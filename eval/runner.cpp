@@ -87,8 +87,10 @@ bool group_leader(const dist::Groups& groups) { return groups.attn_tp().rank() =
 // Rank 0's progress display: a bar on a terminal, a log line every 10 s otherwise.
 class ProgressReporter {
  public:
-  ProgressReporter(std::size_t total, bool bar, bool active)
-      : total_(total), bar_(bar), active_(active), start_(Clock::now()), last_(start_) {}
+  // `what`: the items counted ("questions", "requests").
+  ProgressReporter(std::size_t total, bool bar, bool active, std::string what = "questions")
+      : total_(total), bar_(bar), active_(active), what_(std::move(what)), start_(Clock::now()),
+        last_(start_) {}
   void update(const Generator::Progress& p) {
     if (!active_) return;
     const auto now = Clock::now();
@@ -106,14 +108,14 @@ class ProgressReporter {
     if (bar_) {
       const std::size_t width = 30;
       const std::size_t fill = total_ ? width * p.finished / total_ : width;
-      std::fprintf(stdout, "\r[%s%s] %zu/%zu questions, %.1f tok/s, ETA %s   ",
+      std::fprintf(stdout, "\r[%s%s] %zu/%zu %s, %.1f tok/s, ETA %s   ",
                    std::string(fill, '#').c_str(), std::string(width - fill, '.').c_str(),
-                   static_cast<std::size_t>(p.finished), total_, rate,
+                   static_cast<std::size_t>(p.finished), total_, what_.c_str(), rate,
                    p.finished ? (std::to_string(static_cast<long>(eta)) + " s").c_str() : "?");
       if (done) std::fputc('\n', stdout);
       std::fflush(stdout);
     } else {
-      spdlog::info("progress: {}/{} questions, {:.1f} tok/s, ETA {}", p.finished, total_, rate,
+      spdlog::info("progress: {}/{} {}, {:.1f} tok/s, ETA {}", p.finished, total_, what_, rate,
                    p.finished ? std::to_string(static_cast<long>(eta)) + " s" : "?");
     }
   }
@@ -121,6 +123,7 @@ class ProgressReporter {
  private:
   std::size_t total_;
   bool bar_, active_;
+  std::string what_;
   Clock::time_point start_, last_;
 };
 
@@ -337,12 +340,17 @@ ThroughputOutcome run_throughput(model::engine::Engine& engine, const dist::Grou
   // One row per finished request of this DP group: id, input, output, TTFT, E2E latency.
   constexpr std::size_t kRow = 5;
   std::vector<double> rows;
+  ProgressReporter progress(prompts.size(), options.progress_bar, groups.world().rank() == 0,
+                            "requests");
   const auto t0 = Clock::now();
-  gen.run(requests, {}, [&](const Request& r, const Completion& c) {
-    rows.insert(rows.end(), {static_cast<double>(r.id), static_cast<double>(r.prompt.size()),
-                             static_cast<double>(c.completion_tokens), c.first_token_s,
-                             c.finished_s});
-  });
+  gen.run(
+      requests, {},
+      [&](const Request& r, const Completion& c) {
+        rows.insert(rows.end(), {static_cast<double>(r.id), static_cast<double>(r.prompt.size()),
+                                 static_cast<double>(c.completion_tokens), c.first_token_s,
+                                 c.finished_s});
+      },
+      [&](const Generator::Progress& p) { progress.update(p); });
   ThroughputOutcome out;
   out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   out.dp_groups = group_count;

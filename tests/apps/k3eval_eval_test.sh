@@ -343,6 +343,7 @@ PY
     expect_out '^DP group 1: +4 requests, 128 input \+ 24 generated tokens in [0-9.]+ s$'
     expect_out '^P99 TTFT \(ms\): +[0-9]+\.[0-9]{2}$'
     expect_out '^Mean TPOT \(ms\): +[0-9]+\.[0-9]{2}$'
+    expect_err 'progress: 8/8 requests'
     [[ $(cat "$work/a/status") == ok ]] || fail "status file: $(cat "$work/a/status")"
     h5dump -a /runs/0/kind "$work/a/history.h5" 2>&1 | grep -qF '"throughput"' ||
       fail "history.h5 lacks a throughput record: $(h5dump -A "$work/a/history.h5" 2>&1 | head -20)"
