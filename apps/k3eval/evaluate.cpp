@@ -141,6 +141,25 @@ nlohmann::json config_json(const K3evalOptions& o, const dist::Layout& layout) {
           {"resume", o.resume}};
 }
 
+// The history a run appends to: --history, else <artifacts>/history.h5, else none.
+fs::path history_path(const K3evalOptions& o) {
+  if (!o.history.empty()) return o.history;
+  return o.artifacts_dir.empty() ? fs::path() : fs::path(o.artifacts_dir) / "history.h5";
+}
+
+// The fields every history record has, stamped now.
+eval::RunRecord history_record(const K3evalOptions& o, const dist::Groups& groups,
+                               eval::RunStatus status) {
+  eval::RunRecord rec;
+  rec.timestamp = eval::utc_timestamp(std::chrono::system_clock::now());
+  rec.version = K3_VERSION;
+  rec.checkpoint = o.model_path;
+  rec.config_name = o.config_file.empty() ? "" : fs::path(o.config_file).stem().string();
+  rec.layout = layout_name(groups.layout());
+  rec.verdict = std::string(eval::status_word(status));
+  return rec;
+}
+
 // What defines a run's results, as config.json names them, with the option that sets each. A
 // --resume that changed one would mix two configurations' rows in one questions.jsonl. (The
 // layout is not among them: --fp32-activations results do not depend on it, and a resumed job
@@ -396,18 +415,10 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
       eval::write_summary(artifacts / "summary.json", summary);
       eval::write_status(artifacts / "status", status);
     }
-    const fs::path history = !o.history.empty()   ? fs::path(o.history)
-                             : !artifacts.empty() ? artifacts / "history.h5"
-                                                  : fs::path();
+    const fs::path history = history_path(o);
     if (!history.empty()) {
-      eval::RunRecord rec;
-      rec.timestamp = eval::utc_timestamp(std::chrono::system_clock::now());
-      rec.version = K3_VERSION;
-      rec.checkpoint = o.model_path;
-      rec.config_name = o.config_file.empty() ? "" : fs::path(o.config_file).stem().string();
-      rec.layout = layout_name(groups.layout());
+      eval::RunRecord rec = history_record(o, groups, status);
       rec.extractor = o.answer_extractor;
-      rec.verdict = std::string(eval::status_word(status));
       rec.num_shots = static_cast<std::uint64_t>(o.num_shots);
       rec.num_questions = metrics.questions;
       rec.completion_tokens = metrics.completion_tokens;
@@ -534,18 +545,10 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
                                                         config_json(o, groups.layout())));
       eval::write_status(artifacts / "status", status);
     }
-    const fs::path history = !o.history.empty()   ? fs::path(o.history)
-                             : !artifacts.empty() ? artifacts / "history.h5"
-                                                  : fs::path();
+    const fs::path history = history_path(o);
     if (!history.empty()) {
-      eval::RunRecord rec;
+      eval::RunRecord rec = history_record(o, groups, status);
       rec.kind = "throughput";
-      rec.timestamp = eval::utc_timestamp(std::chrono::system_clock::now());
-      rec.version = K3_VERSION;
-      rec.checkpoint = o.model_path;
-      rec.config_name = o.config_file.empty() ? "" : fs::path(o.config_file).stem().string();
-      rec.layout = layout_name(groups.layout());
-      rec.verdict = std::string(eval::status_word(status));
       rec.num_questions = metrics.requests;
       rec.input_tokens = metrics.input_tokens;
       rec.completion_tokens = metrics.output_tokens;
