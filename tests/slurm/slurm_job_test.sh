@@ -107,7 +107,7 @@ show_output() { echo "--- $output ---"; cat "$output" 2>/dev/null; echo "---"; }
 case $case_name in
   nightly_gsm8k_8)
     # The nightly as submitted, on the synthetic checkpoint and a few questions, against a
-    # baseline the random model reaches (the config's real one is overridden on the command line).
+    # baseline the synthetic model reaches (the config's real one is overridden on the command line).
     echo '{"accuracy": 0.0, "tolerance": {"mode": "absolute", "value": 0.0}}' >"$work/reachable.json"
     submit -n 8 "$repo/jobs/slurm/nightly-gsm8k.sbatch" "${layout_8[@]}" --model-path "$checkpoint" \
       "${few_questions[@]}" --baseline "$work/reachable.json"
