@@ -67,7 +67,9 @@ ThroughputMetrics compute_throughput_metrics(std::span<const ThroughputRequest> 
                                              double duration_s, int dp_groups) {
   ThroughputMetrics m;
   m.duration_s = duration_s;
-  m.groups.resize(static_cast<std::size_t>(std::max(dp_groups, 0)));
+  int groups = std::max(dp_groups, 0);  // every group listed, a request's own group too
+  for (const ThroughputRequest& r : requests) groups = std::max(groups, r.dp_group + 1);
+  m.groups.resize(static_cast<std::size_t>(groups));
   for (std::size_t g = 0; g < m.groups.size(); ++g) m.groups[g].dp_group = static_cast<int>(g);
   std::vector<double> ttft, tpot, e2e;
   for (const ThroughputRequest& r : requests) {
@@ -78,10 +80,6 @@ ThroughputMetrics compute_throughput_metrics(std::span<const ThroughputRequest> 
     e2e.push_back(r.latency_s);
     if (r.output_tokens > 1)
       tpot.push_back((r.latency_s - r.ttft_s) / static_cast<double>(r.output_tokens - 1));
-    if (r.dp_group >= 0 && static_cast<std::size_t>(r.dp_group) >= m.groups.size()) {
-      m.groups.resize(static_cast<std::size_t>(r.dp_group) + 1);
-      for (std::size_t g = 0; g < m.groups.size(); ++g) m.groups[g].dp_group = static_cast<int>(g);
-    }
     if (r.dp_group >= 0) {
       ThroughputGroupStats& g = m.groups[static_cast<std::size_t>(r.dp_group)];
       ++g.requests;

@@ -452,24 +452,25 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
   const bool root = runtime.rank() == 0;
   const fs::path artifacts = o.artifacts_dir;
   // A verdict compares speeds of one machine class and layout: checked before loading.
+  const std::string machine = eval::machine_class();
   std::optional<eval::ThroughputBaseline> baseline;
   runtime.collectively([&] {
     if (o.baseline.empty()) return;
     baseline = eval::read_throughput_baseline(o.baseline);
-    eval::check_throughput_baseline_fits(*baseline, eval::machine_class(),
-                                         groups.layout().summary());
+    eval::check_throughput_baseline_fits(*baseline, machine, groups.layout().summary());
   });
+  // config.json and summary.json's "config": the evaluation's keys plus the throughput run's.
+  nlohmann::json config = config_json(o, groups.layout());
+  config["mode"] = "throughput";
+  config["machine"] = machine;
+  config["dataset_name"] = o.dataset_name;
+  config["num_prompts"] = o.num_prompts;
+  config["random_input_len"] = o.input_len;
+  config["random_output_len"] = o.output_len;
+  config["random_range_ratio"] = o.range_ratio;
   if (root && !artifacts.empty()) {
     fs::create_directories(artifacts);
     std::ofstream(artifacts / "command.txt") << o.command_line << "\n";
-    nlohmann::json config = config_json(o, groups.layout());
-    config["mode"] = "throughput";
-    config["machine"] = eval::machine_class();
-    config["dataset_name"] = o.dataset_name;
-    config["num_prompts"] = o.num_prompts;
-    config["random_input_len"] = o.input_len;
-    config["random_output_len"] = o.output_len;
-    config["random_range_ratio"] = o.range_ratio;
     eval::write_file_atomically(artifacts / "config.json", config.dump(2) + "\n");
   }
   dist::set_stage("pre-flight and loading");
@@ -542,7 +543,7 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
       eval::write_file_atomically(artifacts / "requests.jsonl", lines);
       eval::write_summary(artifacts / "summary.json",
                           eval::throughput_summary_json(metrics, verdict ? &*verdict : nullptr,
-                                                        config_json(o, groups.layout())));
+                                                        config));
       eval::write_status(artifacts / "status", status);
     }
     const fs::path history = history_path(o);
