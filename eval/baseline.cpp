@@ -8,7 +8,7 @@
 #include <set>
 
 #include "common/json.h"
-#include "eval/text_file.h"
+#include "common/text_file.h"
 
 namespace k3::eval {
 

@@ -4,7 +4,7 @@
 
 #include "common/error.h"
 #include "common/json.h"
-#include "eval/text_file.h"
+#include "common/text_file.h"
 
 namespace k3::eval {
 

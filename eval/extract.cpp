@@ -1,84 +1,26 @@
 #include "eval/extract.h"
 
-#include <pcre2.h>
-
 #include <algorithm>
 #include <array>
 #include <optional>
 
 #include "common/error.h"
+#include "common/regex.h"
 
 namespace k3::eval {
 
 namespace {
 
-// A compiled PCRE2 pattern. The code is shared by all threads; match data is per call.
-class Regex {
- public:
-  Regex(const char* pattern, std::uint32_t options) {
-    int err = 0;
-    PCRE2_SIZE at = 0;
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED, options,
-                          &err, &at, nullptr);
-    if (code_ == nullptr) {
-      std::array<PCRE2_UCHAR, 256> msg{};
-      pcre2_get_error_message(err, msg.data(), msg.size());
-      throw InternalError(std::string("cannot compile the pattern ") + pattern + ": " +
-                          reinterpret_cast<const char*>(msg.data()));
-    }
-  }
-  ~Regex() { pcre2_code_free(code_); }
-  Regex(const Regex&) = delete;
-  Regex& operator=(const Regex&) = delete;
-
-  struct Match {
-    std::size_t begin, end;
-  };
-
-  // The first match at or after `from` (exactly at `from` when `anchored`).
-  std::optional<Match> find(std::string_view subject, std::size_t from, bool anchored) const {
-    pcre2_match_data* data = pcre2_match_data_create_from_pattern(code_, nullptr);
-    if (data == nullptr) throw InternalError("pcre2_match_data_create_from_pattern failed");
-    const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(subject.data()), subject.size(),
-                               from, anchored ? PCRE2_ANCHORED : 0, data, nullptr);
-    std::optional<Match> out;
-    if (rc > 0) {
-      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data);
-      out = Match{ov[0], ov[1]};
-    }
-    pcre2_match_data_free(data);
-    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
-      throw InternalError("pcre2_match failed with code " + std::to_string(rc));
-    }
-    return out;
-  }
-
-  std::optional<Match> find_last(std::string_view subject) const {
-    std::optional<Match> last;
-    std::size_t from = 0;
-    while (from <= subject.size()) {
-      const auto m = find(subject, from, false);
-      if (!m) break;
-      last = m;
-      from = std::max(m->end, m->begin + 1);
-    }
-    return last;
-  }
-
- private:
-  pcre2_code* code_ = nullptr;
-};
-
 // Python's `\d` on str is Unicode category Nd; PCRE2 gives the same with UCP. Invalid UTF-8 in
 // a completion never matches (Python would see U+FFFD there, not a digit either).
 const Regex& digit_runs() {
-  static const Regex re("\\d+", PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF);
+  static const Regex re("\\d+", Regex::kUnicode | Regex::kInvalidUtf);
   return re;
 }
 
 // A '-' right after a digit is an operator ("10-2"), so it is not taken as a sign.
 const Regex& flexible_number() {
-  static const Regex re("(?:(?<![0-9])-)?[0-9]+(?:\\.[0-9]+)?", 0);
+  static const Regex re("(?:(?<![0-9])-)?[0-9]+(?:\\.[0-9]+)?");
   return re;
 }
 

@@ -1,11 +1,11 @@
 // eval history: what k3report reads out of the HDF5 run history that k3eval appends to
-// (eval/report.h): trends, run-to-run comparisons, the latest run's regression check and an SVG
-// chart.
+// (eval/history_file.h): series, trends, run-to-run comparisons and the latest run's regression
+// check (eval/chart.h draws a series).
 //
 // A series is the runs of one (checkpoint, configuration name) pair, in run-number order. Run
 // numbers are append order, and k3eval stamps and appends each run as it ends, so that is time
-// order. Every function here is pure over a History in memory except load_history and
-// write_plot; messages name the history file.
+// order. Every function here is pure over a History in memory except load_history; messages
+// name the history file.
 #pragma once
 
 #include <cstddef>
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "eval/baseline.h"
-#include "eval/report.h"
+#include "eval/history_file.h"
 
 namespace k3::eval {
 
@@ -131,19 +131,5 @@ struct CheckResult {
 // previous run, or a previous run without an accuracy, is not.
 CheckResult check_latest(const History& history, const SeriesFilter& filter,
                          const Tolerance& tolerance);
-
-// ---------------------------------------------------------------- plot
-
-// An SVG document: accuracy (top panel, 0 to 1) and output throughput (bottom panel, token/s)
-// over the runs of `series`, with axes, ticks, labels, points (runs whose verdict is not "ok"
-// ringed in red), lines, a title and a legend. Text is XML-escaped and made valid UTF-8.
-std::string plot_svg(const History& history, const Series& series);
-
-// plot_svg() written atomically to `out`; InputError naming `out` when it cannot be written.
-void write_plot(const std::filesystem::path& out, const History& history, const Series& series);
-
-// `text` escaped for XML character data and attribute values: & < > " ' as entities, bytes
-// that are not valid UTF-8 and characters XML 1.0 forbids as U+FFFD.
-std::string xml_escape(std::string_view text);
 
 }  // namespace k3::eval

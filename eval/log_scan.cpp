@@ -2,7 +2,7 @@
 
 #include <optional>
 
-#include "eval/text_file.h"
+#include "common/text_file.h"
 
 namespace k3::eval {
 

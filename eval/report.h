@@ -1,27 +1,16 @@
-// eval reports: what a finished run leaves behind besides its console lines.
+// eval reports: what a finished run leaves besides its console lines and its history record.
 //
 //   summary JSON   metrics, counts, verdict, log problems and the configuration, for machines
 //   status file    one word for schedulers that only read a file: running from the start,
 //                  then ok / regression / error (a finished run) or failed (it did not finish;
 //                  a second line says why: the rank and its error, or the rank and signal the
 //                  launcher saw)
-//   HDF5 history   one group per run, appended run after run, read back by k3report
-//
-// The history is written by one process (rank 0), from one thread, with serial HDF5 calls:
-//   /                    attributes format = "k3eval-history", format_version = 1
-//   /runs/<n>            n = 0, 1, ...; run metadata as attributes (RunRecord's scalars)
-//   /runs/<n>/questions  compound dataset, one row per question (QuestionResult's fields;
-//                        text as variable-length UTF-8 strings, token_ids as a variable-length
-//                        int32 sequence; a NUL byte inside a text ends it there)
-// Appending works on a copy that replaces the file only once complete, so a crash mid-append
-// leaves the previous history intact.
+//   lock           <artifacts>/.lock, held by the one job that writes the directory
 #pragma once
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,6 +18,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "common/fd.h"
 #include "eval/baseline.h"
 #include "eval/metrics.h"
 #include "eval/results.h"
@@ -61,12 +51,11 @@ void write_failure(const std::filesystem::path& artifacts_dir, int exit_code,
 class ArtifactsLock {
  public:
   explicit ArtifactsLock(const std::filesystem::path& dir);
-  ~ArtifactsLock();
   ArtifactsLock(const ArtifactsLock&) = delete;
   ArtifactsLock& operator=(const ArtifactsLock&) = delete;
 
  private:
-  int fd_ = -1;
+  UniqueFd fd_;  // closing it (however the process ends) releases the lock
 };
 
 // {"status", "metrics": {accuracy, invalid, latency_s, output_throughput, questions, correct,
@@ -76,49 +65,5 @@ nlohmann::json summary_json(const Metrics& metrics, const std::optional<Verdict>
                             std::size_t log_errors, const nlohmann::json& config);
 // Pretty-printed, written atomically.
 void write_summary(const std::filesystem::path& path, const nlohmann::json& summary);
-
-// One run of the history: a GSM8K evaluation ("eval") or an offline throughput run
-// ("throughput", --mode throughput: no questions; num_questions counts its requests,
-// completion_tokens its generated tokens, latency_s is the benchmark duration, accuracy and
-// invalid are NaN).
-struct RunRecord {
-  std::string kind = "eval";  // "eval" or "throughput"; histories before the field: "eval"
-  std::string timestamp;    // ISO 8601 UTC (utc_timestamp())
-  std::string version;      // k3eval's version
-  std::string checkpoint;   // the model path
-  std::string config_name;  // the job configuration's name ("" if none)
-  std::string layout;       // e.g. "tp64 dp4 ep64 dp-attention dp-lm-head"
-  std::string extractor;    // extractor_name()
-  std::string verdict;      // status_word()
-  std::uint64_t num_shots = 0;
-  std::uint64_t num_questions = 0;
-  std::uint64_t completion_tokens = 0;
-  std::uint64_t log_errors = 0;  // count_log_errors()
-  // A --resume: the questions finished before this part (latency_s, completion_tokens and
-  // output_throughput are then this part's; accuracy covers every question). 0: not resumed.
-  std::uint64_t resumed_after = 0;
-  double accuracy = 0;
-  double invalid = 0;  // rate
-  double latency_s = 0;
-  double output_throughput = 0;
-  double baseline_accuracy = std::numeric_limits<double>::quiet_NaN();  // NaN: no baseline
-  double threshold = std::numeric_limits<double>::quiet_NaN();
-  // Throughput runs: prompt tokens, and the throughput baseline's token/s and threshold (NaN:
-  // no baseline).
-  std::uint64_t input_tokens = 0;
-  double baseline_output_throughput = std::numeric_limits<double>::quiet_NaN();
-  double throughput_threshold = std::numeric_limits<double>::quiet_NaN();
-  std::vector<QuestionResult> results;
-};
-
-std::string utc_timestamp(std::chrono::system_clock::time_point when);  // "2026-11-30T06:17:16Z"
-
-// Appends `run` as /runs/<n> (creating the file if missing) and returns n. InputError naming
-// the file when it exists but is not a k3eval history, or cannot be written.
-std::size_t append_history(const std::filesystem::path& path, const RunRecord& run);
-
-// Every run, in order. InputError naming the file when it is missing, not HDF5, or not a
-// k3eval history (a missing attribute or field is named).
-std::vector<RunRecord> read_history(const std::filesystem::path& path);
 
 }  // namespace k3::eval

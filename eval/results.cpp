@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 #include "common/json.h"
-#include "eval/text_file.h"
+#include "common/text_file.h"
 
 namespace k3::eval {
 
@@ -165,17 +165,18 @@ ResultsFile read_results(const std::filesystem::path& path) {
 }
 
 ResultsWriter ResultsWriter::create(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) throw InputError("cannot create results file " + path.string() + ": " + errno_text());
-  ResultsWriter writer(fd, path);
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644));
+  if (!fd) throw InputError("cannot create results file " + path.string() + ": " + errno_text());
+  ResultsWriter writer(std::move(fd), path);
   sync_parent_directory(path);
   return writer;
 }
 
 ResultsWriter ResultsWriter::resume(const std::filesystem::path& path, const ResultsFile& read) {
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) throw InputError("cannot open results file " + path.string() + ": " + errno_text());
-  ResultsWriter writer(fd, path);
+  UniqueFd opened(::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (!opened) throw InputError("cannot open results file " + path.string() + ": " + errno_text());
+  const int fd = opened.get();
+  ResultsWriter writer(std::move(opened), path);
   if (::ftruncate(fd, static_cast<off_t>(read.valid_size)) != 0) {
     throw InputError("cannot cut " + path.string() + " to " + std::to_string(read.valid_size) +
                      " bytes: " + errno_text());
@@ -191,41 +192,14 @@ ResultsWriter ResultsWriter::resume(const std::filesystem::path& path, const Res
   return writer;
 }
 
-ResultsWriter::~ResultsWriter() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-ResultsWriter::ResultsWriter(ResultsWriter&& other) noexcept
-    : fd_(other.fd_), path_(std::move(other.path_)) {
-  other.fd_ = -1;
-}
-
-ResultsWriter& ResultsWriter::operator=(ResultsWriter&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = other.fd_;
-    path_ = std::move(other.path_);
-    other.fd_ = -1;
-  }
-  return *this;
-}
-
 void ResultsWriter::write_bytes(std::string_view bytes) {
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t put = ::write(fd_, bytes.data() + done, bytes.size() - done);
-    if (put < 0) {
-      if (errno == EINTR) continue;
-      throw InputError("cannot write results file " + path_.string() + ": " + errno_text());
-    }
-    done += static_cast<std::size_t>(put);
-  }
+  write_all(fd_.get(), bytes, "results file " + path_.string());
 }
 
 void ResultsWriter::write(const QuestionResult& result) {
   // One write(2) per line where possible, so a line from a killed run is cut at most once.
   write_bytes(to_json(result).dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
-  if (::fsync(fd_) != 0) {
+  if (::fsync(fd_.get()) != 0) {
     throw InputError("cannot sync results file " + path_.string() + ": " + errno_text());
   }
 }

@@ -22,6 +22,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "common/fd.h"
+
 namespace k3::eval {
 
 struct QuestionResult {
@@ -76,9 +78,8 @@ class ResultsWriter {
   // off and a missing final newline restored, then new lines are appended after the kept ones.
   static ResultsWriter resume(const std::filesystem::path& path, const ResultsFile& read);
 
-  ~ResultsWriter();
-  ResultsWriter(ResultsWriter&& other) noexcept;
-  ResultsWriter& operator=(ResultsWriter&& other) noexcept;
+  ResultsWriter(ResultsWriter&& other) noexcept = default;
+  ResultsWriter& operator=(ResultsWriter&& other) noexcept = default;
   ResultsWriter(const ResultsWriter&) = delete;
   ResultsWriter& operator=(const ResultsWriter&) = delete;
 
@@ -86,9 +87,10 @@ class ResultsWriter {
   const std::filesystem::path& path() const { return path_; }
 
  private:
-  ResultsWriter(int fd, std::filesystem::path path) : fd_(fd), path_(std::move(path)) {}
+  ResultsWriter(UniqueFd fd, std::filesystem::path path)
+      : fd_(std::move(fd)), path_(std::move(path)) {}
   void write_bytes(std::string_view bytes);
-  int fd_ = -1;
+  UniqueFd fd_;
   std::filesystem::path path_;
 };
 

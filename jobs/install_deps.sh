@@ -7,7 +7,7 @@ packages=(
   g++ cmake ninja-build pkg-config
   libopenmpi-dev openmpi-bin
   libboost-program-options-dev
-  libhdf5-openmpi-dev hdf5-tools
+  libhdf5-dev hdf5-tools
   libtbb-dev
   libspdlog-dev libfmt-dev
   nlohmann-json3-dev libsimdjson-dev

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
-#include <regex>
 #include <set>
 
 #include "common/error.h"
 #include "common/fan_out.h"
+#include "common/regex.h"
 
 namespace k3::model {
 
@@ -547,15 +547,16 @@ std::string gguf_name(const std::string& logical, const ModelConfig& config) {
   if (logical == "model.norm.weight") return "output_norm.weight";
   if (logical == "model.output_attn_res_score") return "output_res_score.weight";
   if (logical == "lm_head.weight") return "output.weight";
-  static const std::regex kLayer(R"(model\.layers\.(\d+)\.(.+))");
-  std::smatch m;
-  if (std::regex_match(logical, m, kLayer)) {
-    if (m[2].str() == "self_attn.g_proj.weight") {
-      return "blk." + m[1].str() +
-             (config.is_mla_layer(std::stoi(m[1].str())) ? ".attn_gate.weight" : ".ssm_g.weight");
+  static const Regex kLayer(R"(model\.layers\.(\d+)\.(.+))");
+  if (const auto m = kLayer.full_match(logical)) {
+    const std::string layer((*m)[0]);
+    const std::string_view rest = (*m)[1];
+    if (rest == "self_attn.g_proj.weight") {
+      return "blk." + layer +
+             (config.is_mla_layer(std::stoi(layer)) ? ".attn_gate.weight" : ".ssm_g.weight");
     }
     for (const auto& [from, to] : layer_gguf_names()) {
-      if (m[2].str() == from) return "blk." + m[1].str() + "." + to;
+      if (rest == from) return "blk." + layer + "." + to;
     }
   }
   throw InternalError("no GGUF name for parameter " + logical);

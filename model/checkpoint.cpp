@@ -7,11 +7,11 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <sstream>
 
 #include "common/error.h"
 #include "common/fan_out.h"
+#include "common/regex.h"
 #include "common/json.h"
 #include "common/large_json.h"
 #include "model/file.h"
@@ -151,17 +151,18 @@ FormatKind detect_format(const fs::path& path) {
 }
 
 std::vector<fs::path> gguf_split_files(const fs::path& any) {
-  static const std::regex kSplit(R"((.*)-(\d{5})-of-(\d{5})\.gguf)");
-  std::smatch m;
+  static const Regex kSplit(R"((.*)-(\d{5})-of-(\d{5})\.gguf)");
   const std::string name = any.filename().string();
-  if (!std::regex_match(name, m, kSplit)) return {any};
-  const int count = std::stoi(m[3].str());
+  const auto m = kSplit.full_match(name);
+  if (!m) return {any};
+  const std::string stem((*m)[0]);
+  const int count = std::stoi(std::string((*m)[2]));
   if (count < 1) throw InputError(any.string() + ": split count 0 in the file name");
   std::vector<fs::path> out;
   for (int i = 1; i <= count; ++i) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "-%05d-of-%05d.gguf", i, count);
-    const fs::path p = any.parent_path() / (m[1].str() + buf);
+    const fs::path p = any.parent_path() / (stem + buf);
     if (!fs::exists(p)) {
       throw InputError("GGUF split " + std::to_string(i) + " of " + std::to_string(count) +
                        " is missing: " + p.string());

@@ -19,36 +19,18 @@ std::string errno_text() { return std::strerror(errno); }
 File File::open_read(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw InputError("cannot open " + path.string() + ": " + errno_text());
-  return File(fd, path.string());
+  return File(UniqueFd(fd), path.string());
 }
 
 File File::create(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw InputError("cannot create " + path.string() + ": " + errno_text());
-  return File(fd, path.string());
-}
-
-File::~File() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-File::File(File&& other) noexcept : fd_(other.fd_), path_(std::move(other.path_)) {
-  other.fd_ = -1;
-}
-
-File& File::operator=(File&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = other.fd_;
-    path_ = std::move(other.path_);
-    other.fd_ = -1;
-  }
-  return *this;
+  return File(UniqueFd(fd), path.string());
 }
 
 std::uint64_t File::size() const {
   struct stat st {};
-  if (::fstat(fd_, &st) != 0) throw InputError("cannot stat " + path_ + ": " + errno_text());
+  if (::fstat(fd_.get(), &st) != 0) throw InputError("cannot stat " + path_ + ": " + errno_text());
   return static_cast<std::uint64_t>(st.st_size);
 }
 
@@ -56,7 +38,7 @@ void File::read_exact(void* dst, std::uint64_t n, std::uint64_t offset) const {
   auto* out = static_cast<char*>(dst);
   std::uint64_t done = 0;
   while (done < n) {
-    const ssize_t got = ::pread(fd_, out + done, n - done, static_cast<off_t>(offset + done));
+    const ssize_t got = ::pread(fd_.get(), out + done, n - done, static_cast<off_t>(offset + done));
     if (got < 0) {
       if (errno == EINTR) continue;
       throw InputError("cannot read " + path_ + " at byte " + std::to_string(offset + done) + ": " +
@@ -74,7 +56,7 @@ void File::write_at(const void* src, std::uint64_t n, std::uint64_t offset) {
   const auto* in = static_cast<const char*>(src);
   std::uint64_t done = 0;
   while (done < n) {
-    const ssize_t put = ::pwrite(fd_, in + done, n - done, static_cast<off_t>(offset + done));
+    const ssize_t put = ::pwrite(fd_.get(), in + done, n - done, static_cast<off_t>(offset + done));
     if (put < 0) {
       if (errno == EINTR) continue;
       throw InputError("cannot write " + path_ + ": " + errno_text());
@@ -84,7 +66,7 @@ void File::write_at(const void* src, std::uint64_t n, std::uint64_t offset) {
 }
 
 void File::truncate(std::uint64_t size) {
-  if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
+  if (::ftruncate(fd_.get(), static_cast<off_t>(size)) != 0) {
     throw InputError("cannot resize " + path_ + ": " + errno_text());
   }
 }

@@ -8,21 +8,22 @@
 #include <span>
 #include <string>
 
+#include "common/fd.h"
+
 namespace k3::model {
 
 class File {
  public:
   static File open_read(const std::filesystem::path& path);
   static File create(const std::filesystem::path& path);  // truncates an existing file
-  ~File();
-  File(File&& other) noexcept;
-  File& operator=(File&& other) noexcept;
+  File(File&& other) noexcept = default;
+  File& operator=(File&& other) noexcept = default;
   File(const File&) = delete;
   File& operator=(const File&) = delete;
 
   std::uint64_t size() const;
   const std::string& path() const { return path_; }
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
 
   // Reads exactly `n` bytes at `offset` or throws InputError ("... ends at byte X").
   void read_exact(void* dst, std::uint64_t n, std::uint64_t offset) const;
@@ -30,8 +31,8 @@ class File {
   void truncate(std::uint64_t size);
 
  private:
-  File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
-  int fd_ = -1;
+  File(UniqueFd fd, std::string path) : fd_(std::move(fd)), path_(std::move(path)) {}
+  UniqueFd fd_;
   std::string path_;
 };
 

@@ -25,10 +25,11 @@
 #include "eval/dataset.h"
 #include "eval/log_scan.h"
 #include "eval/metrics.h"
+#include "eval/history_file.h"
 #include "eval/report.h"
 #include "eval/runner.h"
 #include "eval/score.h"
-#include "eval/text_file.h"
+#include "common/text_file.h"
 #include "model/engine/engine.h"
 #include "model/tokenizer_files.h"
 
@@ -197,7 +198,7 @@ void check_resume_matches(const fs::path& recorded, const nlohmann::json& now) {
                      "used; start a new run in another --artifacts-dir");
   }
   const nlohmann::json before =
-      parse_json(eval::read_text_file(recorded, "the resumed run's configuration"),
+      parse_json(read_text_file(recorded, "the resumed run's configuration"),
                  {recorded.string(), "the config.json k3eval writes"});
   std::vector<std::string> changed;
   for (const auto& [key, option] : kResultDefining) {
@@ -279,7 +280,7 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
     std::ofstream(artifacts / "command.txt") << o.command_line << "\n";
     nlohmann::json config = config_json(o, groups.layout());
     if (o.resume) config["resumed_after"] = done.size();  // questions finished before this part
-    eval::write_file_atomically(artifacts / "config.json", config.dump(2) + "\n");
+    write_file_atomically(artifacts / "config.json", config.dump(2) + "\n");
   }
 
   dist::set_stage("pre-flight and loading");
@@ -471,7 +472,7 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
   if (root && !artifacts.empty()) {
     fs::create_directories(artifacts);
     std::ofstream(artifacts / "command.txt") << o.command_line << "\n";
-    eval::write_file_atomically(artifacts / "config.json", config.dump(2) + "\n");
+    write_file_atomically(artifacts / "config.json", config.dump(2) + "\n");
   }
   dist::set_stage("pre-flight and loading");
   LoadedModel model = load_model(runtime, groups, o);
@@ -540,7 +541,7 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
     if (!artifacts.empty()) {
       std::string lines;
       for (const auto& r : out.requests) lines += eval::to_json(r).dump() + "\n";
-      eval::write_file_atomically(artifacts / "requests.jsonl", lines);
+      write_file_atomically(artifacts / "requests.jsonl", lines);
       eval::write_summary(artifacts / "summary.json",
                           eval::throughput_summary_json(metrics, verdict ? &*verdict : nullptr,
                                                         config));

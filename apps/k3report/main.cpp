@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "eval/chart.h"
 #include "eval/history.h"
 #include "common/error.h"
 

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <array>
 
+#include "common/error.h"
+#include "common/utf8.h"
 #include "model/tokenizer/bpe.h"
 #include "model/tokenizer/text_util.h"
-#include "model/tokenizer/utf8.h"
-#include "common/error.h"
 
 namespace k3::model {
 namespace {

@@ -1,11 +1,9 @@
 #include "model/tokenizer/pretokenizer.h"
 
-#include <pcre2.h>
-
 #include <utility>
 
-#include "model/tokenizer/utf8.h"
 #include "common/error.h"
+#include "common/utf8.h"
 
 namespace k3::model {
 namespace {
@@ -75,44 +73,9 @@ std::string_view Pretokenizer::kimi_pat_str() noexcept { return kKimiPatStr; }
 
 const std::string& Pretokenizer::pattern() { return pcre2_pattern(); }
 
-Pretokenizer::Pretokenizer() {
-  const std::string& pat = pcre2_pattern();
-  int error_code = 0;
-  PCRE2_SIZE error_offset = 0;
-  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pat.data()), pat.size(), PCRE2_UTF | PCRE2_UCP,
-                        &error_code, &error_offset, nullptr);
-  if (code_ == nullptr) {
-    PCRE2_UCHAR message[256];
-    pcre2_get_error_message(error_code, message, sizeof message);
-    throw InternalError("pre-tokenizer pattern does not compile at offset " +
-                        std::to_string(error_offset) + ": " +
-                        reinterpret_cast<const char*>(message));
-  }
-  // Without JIT (an unsupported CPU) pcre2_match interprets the same pattern, only slower.
-  jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;
-}
+Pretokenizer::Pretokenizer() : regex_(pcre2_pattern(), Regex::kUnicode | Regex::kJit) {}
 
-Pretokenizer::~Pretokenizer() { pcre2_code_free(code_); }
-
-Pretokenizer::Pretokenizer(Pretokenizer&& other) noexcept
-    : code_(std::exchange(other.code_, nullptr)), jit_(other.jit_) {}
-
-Pretokenizer& Pretokenizer::operator=(Pretokenizer&& other) noexcept {
-  if (this != &other) {
-    pcre2_code_free(code_);
-    code_ = std::exchange(other.code_, nullptr);
-    jit_ = other.jit_;
-  }
-  return *this;
-}
-
-Pretokenizer::Cursor::Cursor(const Pretokenizer& pretokenizer)
-    : pretokenizer_(&pretokenizer),
-      match_data_(pcre2_match_data_create_from_pattern(pretokenizer.code_, nullptr)) {
-  if (match_data_ == nullptr) throw InternalError("pre-tokenizer: out of memory for match data");
-}
-
-Pretokenizer::Cursor::~Cursor() { pcre2_match_data_free(match_data_); }
+Pretokenizer::Cursor::Cursor(const Pretokenizer& pretokenizer) : matcher_(pretokenizer.regex_) {}
 
 void Pretokenizer::Cursor::reset(std::string_view text) noexcept {
   text_ = text;
@@ -135,33 +98,17 @@ bool Pretokenizer::Cursor::next(std::string_view& piece) {
     run_end_ = pos_ + valid;
   }
 
-  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text_.data() + run_begin_);
-  const PCRE2_SIZE length = run_end_ - run_begin_;
-  const PCRE2_SIZE start = pos_ - run_begin_;
-  int rc = PCRE2_ERROR_JIT_STACKLIMIT;
-  if (pretokenizer_->jit_) {
-    // The run was validated above, so the JIT's missing UTF check is safe.
-    rc = pcre2_jit_match(pretokenizer_->code_, subject, length, start, 0, match_data_, nullptr);
-  }
-  if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
-    rc = pcre2_match(pretokenizer_->code_, subject, length, start, PCRE2_NO_UTF_CHECK, match_data_,
-                     nullptr);
-  }
-  if (rc == PCRE2_ERROR_NOMATCH) {
+  // The run was validated above, so PCRE2 need not check it again.
+  const std::string_view run = text_.substr(run_begin_, run_end_ - run_begin_);
+  const auto match = matcher_.find(run, pos_ - run_begin_, /*anchored=*/false, /*valid_utf=*/true);
+  if (!match) {
     // Unreachable: every character matches one of the alternatives. Kept lossless anyway.
     piece = text_.substr(pos_, run_end_ - pos_);
     pos_ = run_end_;
     return true;
   }
-  if (rc < 0) {
-    PCRE2_UCHAR message[256];
-    pcre2_get_error_message(rc, message, sizeof message);
-    throw InternalError("pre-tokenizer match failed at byte " + std::to_string(pos_) + ": " +
-                        reinterpret_cast<const char*>(message));
-  }
-  const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match_data_);
-  const std::size_t match_begin = run_begin_ + ovector[0];
-  const std::size_t match_end = run_begin_ + ovector[1];
+  const std::size_t match_begin = run_begin_ + match->begin;
+  const std::size_t match_end = run_begin_ + match->end;
   if (match_begin > pos_) {
     // Also unreachable (no character is skipped); a gap is returned as its own piece.
     piece = text_.substr(pos_, match_begin - pos_);

@@ -16,8 +16,7 @@
 #include <string_view>
 #include <vector>
 
-struct pcre2_real_code_8;
-struct pcre2_real_match_data_8;
+#include "common/regex.h"
 
 namespace k3::model {
 
@@ -25,11 +24,6 @@ class Pretokenizer {
  public:
   // Compiles the pattern once (with JIT when available).
   Pretokenizer();
-  ~Pretokenizer();
-  Pretokenizer(Pretokenizer&& other) noexcept;
-  Pretokenizer& operator=(Pretokenizer&& other) noexcept;
-  Pretokenizer(const Pretokenizer&) = delete;
-  Pretokenizer& operator=(const Pretokenizer&) = delete;
 
   // Kimi's pat_str as tokenization_kimi.py has it (Rust regex syntax), for reference.
   static std::string_view kimi_pat_str() noexcept;
@@ -41,9 +35,6 @@ class Pretokenizer {
   class Cursor {
    public:
     explicit Cursor(const Pretokenizer& pretokenizer);
-    ~Cursor();
-    Cursor(const Cursor&) = delete;
-    Cursor& operator=(const Cursor&) = delete;
 
     // Starts over on `text`, which must outlive the iteration.
     void reset(std::string_view text) noexcept;
@@ -51,8 +42,7 @@ class Pretokenizer {
     bool next(std::string_view& piece);
 
    private:
-    const Pretokenizer* pretokenizer_;
-    pcre2_real_match_data_8* match_data_;
+    Regex::Matcher matcher_;
     std::string_view text_;
     std::size_t pos_ = 0;
     std::size_t run_begin_ = 0;  // [run_begin_, run_end_): the valid UTF-8 run pos_ is in
@@ -61,11 +51,10 @@ class Pretokenizer {
 
   std::vector<std::string_view> split(std::string_view text) const;
 
-  bool jit_enabled() const noexcept { return jit_; }
+  bool jit_enabled() const noexcept { return regex_.jit_enabled(); }
 
  private:
-  pcre2_real_code_8* code_ = nullptr;
-  bool jit_ = false;
+  Regex regex_;
 };
 
 }  // namespace k3::model

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "eval/history_file.h"
 #include "eval/report.h"
 #include "tests/eval/test_util.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "model/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace k3::model {
 namespace {

@@ -1,8 +1,8 @@
-#include "model/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 #include <cstring>
 
-namespace k3::model::utf8 {
+namespace k3::utf8 {
 namespace {
 
 inline bool in_range(unsigned char b, unsigned char lo, unsigned char hi) noexcept {
@@ -125,4 +125,4 @@ bool python_isspace(char32_t cp) noexcept {
   }
 }
 
-}  // namespace k3::model::utf8
+}  // namespace k3::utf8

@@ -1,4 +1,4 @@
-#include "eval/text_file.h"
+#include "common/text_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,8 +9,9 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/fd.h"
 
-namespace k3::eval {
+namespace k3 {
 
 std::string read_text_file(const std::filesystem::path& path, std::string_view what) {
   std::error_code ec;
@@ -61,53 +62,63 @@ std::size_t end_of_content(const std::vector<TextLine>& lines) {
   return end;
 }
 
-namespace {
-
-void write_all(int fd, std::string_view text, const std::string& path) {
+void write_all(int fd, std::string_view text, const std::string& what) {
   std::size_t done = 0;
   while (done < text.size()) {
     const ssize_t put = ::write(fd, text.data() + done, text.size() - done);
     if (put < 0) {
       if (errno == EINTR) continue;
-      throw InputError("cannot write " + path + ": " + std::strerror(errno));
+      throw InputError("cannot write " + what + ": " + std::strerror(errno));
     }
     done += static_cast<std::size_t>(put);
   }
 }
 
-}  // namespace
+std::filesystem::path temporary_beside(const std::filesystem::path& path) {
+  return path.string() + ".tmp." + std::to_string(::getpid());
+}
 
-void write_file_atomically(const std::filesystem::path& path, std::string_view text) {
-  const std::filesystem::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw InputError("cannot create " + tmp.string() + ": " + std::strerror(errno));
+void commit_file(const std::filesystem::path& tmp, const std::filesystem::path& path) {
   try {
-    write_all(fd, text, tmp.string());
-    if (::fsync(fd) != 0) {
+    const UniqueFd fd(::open(tmp.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) throw InputError("cannot open " + tmp.string() + ": " + std::strerror(errno));
+    if (::fsync(fd.get()) != 0) {
       throw InputError("cannot sync " + tmp.string() + ": " + std::strerror(errno));
     }
+    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+      throw InputError("cannot rename " + tmp.string() + " to " + path.string() + ": " +
+                       std::strerror(errno));
+    }
   } catch (...) {
-    ::close(fd);
     ::unlink(tmp.c_str());
     throw;
   }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw InputError("cannot rename " + tmp.string() + " to " + path.string() + ": " +
-                     std::strerror(err));
-  }
   sync_parent_directory(path);
+}
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view text) {
+  const std::filesystem::path tmp = temporary_beside(path);
+  {
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd) throw InputError("cannot create " + tmp.string() + ": " + std::strerror(errno));
+    try {
+      write_all(fd.get(), text, tmp.string());
+      if (fd.close() != 0) {
+        throw InputError("cannot write " + tmp.string() + ": " + std::strerror(errno));
+      }
+    } catch (...) {
+      ::unlink(tmp.c_str());
+      throw;
+    }
+  }
+  commit_file(tmp, path);
 }
 
 void sync_parent_directory(const std::filesystem::path& path) {
   std::filesystem::path dir = path.parent_path();
   if (dir.empty()) dir = ".";
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
+  const UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd) ::fsync(fd.get());
 }
 
-}  // namespace k3::eval
+}  // namespace k3

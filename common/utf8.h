@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-namespace k3::model::utf8 {
+namespace k3::utf8 {
 
 enum class StepKind : std::uint8_t {
   kValid,       // a complete character of `length` bytes
@@ -47,4 +47,4 @@ bool python_isspace(char32_t cp) noexcept;
 
 inline constexpr char32_t kReplacementCharacter = 0xFFFD;
 
-}  // namespace k3::model::utf8
+}  // namespace k3::utf8

@@ -1,10 +1,10 @@
-#include "model/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-namespace k3::model {
+namespace k3 {
 namespace {
 
 const std::string kFffd = "\xEF\xBF\xBD";
@@ -86,4 +86,4 @@ TEST(Utf8, AppendEncodes) {
 }
 
 }  // namespace
-}  // namespace k3::model
+}  // namespace k3
