@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "common/regex.h"
 #include "common/text_file.h"
 
 namespace k3::eval {
@@ -10,47 +11,50 @@ namespace {
 
 constexpr std::size_t kMaxLineBytes = 300;
 
-// ESC [ ... final byte (CSI sequences: what colour sinks write).
+// ESC [ parameters final-byte (CSI sequences: what colour sinks write); one cut short at the
+// end of the line is dropped too.
+const Regex& colour_code() {
+  static const Regex re(R"(\x1b\[[^@-~]*[@-~]?)");
+  return re;
+}
+
+// One leading bracketed field of a log line and the spaces after it.
+const Regex& leading_field() {
+  static const Regex re(R"(\[([^\]]*)\] *)");
+  return re;
+}
+
+const Regex& time_of_day() {
+  static const Regex re(R"([0-9]{2}:[0-9]{2}:[0-9]{2})");
+  return re;
+}
+
 std::string strip_colour(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '\x1b' && i + 1 < text.size() && text[i + 1] == '[') {
-      i += 2;
-      while (i < text.size() && !(text[i] >= '@' && text[i] <= '~')) ++i;
-      continue;
-    }
-    out.push_back(text[i]);
+  std::size_t at = 0;
+  while (const auto code = colour_code().find(text, at)) {
+    out.append(text.substr(at, code->begin - at));
+    at = code->end;
   }
+  out.append(text.substr(at));
   return out;
 }
 
-bool looks_like_time(std::string_view field) {
-  // "HH:MM:SS" somewhere in it.
-  auto digit = [&](std::size_t k) { return field[k] >= '0' && field[k] <= '9'; };
-  for (std::size_t i = 0; i + 8 <= field.size(); ++i) {
-    if (digit(i) && digit(i + 1) && field[i + 2] == ':' && digit(i + 3) && digit(i + 4) &&
-        field[i + 5] == ':' && digit(i + 6) && digit(i + 7)) {
-      return true;
-    }
-  }
-  return false;
-}
-
-// The level of an spdlog line ("" for another level), or nullopt if it is not an spdlog line.
+// The level of an spdlog line ("" for another level), or nullopt if it is not an spdlog line:
+// one whose leading bracketed fields start with a time.
 std::optional<std::string_view> spdlog_level(std::string_view line) {
+  Regex::Matcher field(leading_field());
   std::size_t at = 0;
   bool first = true;
   std::string_view level;
-  while (at < line.size() && line[at] == '[') {
-    const std::size_t close = line.find(']', at);
-    if (close == std::string_view::npos) break;
-    const std::string_view field = line.substr(at + 1, close - at - 1);
-    if (first && !looks_like_time(field)) return std::nullopt;
+  while (const auto whole = field.find(line, at, /*anchored=*/true)) {
+    const Regex::Span inner = field.group(1);
+    const std::string_view text = line.substr(inner.begin, inner.end - inner.begin);
+    if (first && !time_of_day().find(text)) return std::nullopt;
     first = false;
-    if (field == "error" || field == "critical") level = field;
-    at = close + 1;
-    while (at < line.size() && line[at] == ' ') ++at;
+    if (text == "error" || text == "critical") level = text;
+    at = whole->end;
   }
   if (first) return std::nullopt;
   return level;
