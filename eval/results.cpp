@@ -164,6 +164,36 @@ ResultsFile read_results(const std::filesystem::path& path) {
   return out;
 }
 
+void encode(WireWriter& out, const QuestionResult& r) {
+  out.put(static_cast<std::uint64_t>(r.id));
+  out.put(static_cast<std::int32_t>(r.dp_group));
+  out.put(static_cast<std::uint64_t>(r.prompt_tokens));
+  out.put(r.output_text);
+  out.put(r.prediction);
+  out.put(r.label);
+  out.put(static_cast<std::uint8_t>(r.correct));
+  out.put(static_cast<std::uint8_t>(r.invalid));
+  out.put(static_cast<std::uint64_t>(r.completion_tokens));
+  out.put(r.finish_reason);
+  out.put(r.latency_s);
+  out.put(r.token_ids);
+}
+
+void decode(WireReader& in, QuestionResult& r) {
+  r.id = static_cast<std::size_t>(in.get<std::uint64_t>());
+  r.dp_group = in.get<std::int32_t>();
+  r.prompt_tokens = static_cast<std::size_t>(in.get<std::uint64_t>());
+  in.get(r.output_text);
+  in.get(r.prediction);
+  in.get(r.label);
+  r.correct = in.get<std::uint8_t>() != 0;
+  r.invalid = in.get<std::uint8_t>() != 0;
+  r.completion_tokens = static_cast<std::size_t>(in.get<std::uint64_t>());
+  in.get(r.finish_reason);
+  in.get(r.latency_s);
+  in.get(r.token_ids);
+}
+
 ResultsWriter ResultsWriter::create(const std::filesystem::path& path) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644));
   if (!fd) throw InputError("cannot create results file " + path.string() + ": " + errno_text());

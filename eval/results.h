@@ -23,6 +23,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "common/fd.h"
+#include "common/wire.h"
 
 namespace k3::eval {
 
@@ -52,6 +53,11 @@ nlohmann::ordered_json to_json(const QuestionResult& result);
 // (completion_tokens against token_ids and finish_reason); InputError "<where>: ..." naming the
 // field.
 QuestionResult result_from_json(const nlohmann::json& j, const std::string& where);
+
+// The binary record in which a result travels from its DP group's leader to rank 0 (common/
+// wire.h): every field in struct order, text as raw bytes. JSON is only for the files.
+void encode(WireWriter& out, const QuestionResult& result);
+void decode(WireReader& in, QuestionResult& result);
 
 // What read_results() found in a results file.
 struct ResultsFile {

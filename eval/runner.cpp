@@ -8,7 +8,6 @@
 #include <numeric>
 
 #include <spdlog/spdlog.h>
-#include <nlohmann/json.hpp>
 
 #include "dist/collectives.h"
 #include "eval/score.h"
@@ -178,22 +177,20 @@ EvalOutcome run_gsm8k(model::engine::Engine& engine, const dist::Groups& groups,
     prompt_of[requests[i].id] = request_prompt[i];
   }
 
-  // Finished here, waiting for the next step's gather to rank 0.
-  std::string outbox;
+  // Finished here (binary records, eval/results.h), waiting for the next step's gather to rank 0.
+  WireWriter outbox;
   std::uint64_t produced = 0, received = 0;
   EvalOutcome outcome;
   ProgressReporter progress(todo.size(), options.progress_bar, groups.world().rank() == 0);
   auto flush_to_rank0 = [&] {
-    const auto all = dist::gatherv(groups.world(), std::span<const char>(outbox), 0);
-    outbox.clear();
+    const std::string sent = outbox.take();
+    outbox = WireWriter();
+    const auto all = dist::gatherv(groups.world(), std::span<const char>(sent), 0);
     if (groups.world().rank() != 0) return;
-    std::size_t begin = 0;
-    const std::string text(all.data.begin(), all.data.end());
-    while (begin < text.size()) {
-      const std::size_t end = text.find('\n', begin);
-      QuestionResult r = result_from_json(nlohmann::json::parse(text.substr(begin, end - begin)),
-                                          "a result from another rank");
-      begin = end + 1;
+    WireReader in(std::string_view(all.data.data(), all.data.size()));
+    while (!in.done()) {
+      QuestionResult r;
+      decode(in, r);
       ++received;
       if (on_result) on_result(r);
       outcome.results.push_back(std::move(r));
@@ -233,7 +230,7 @@ EvalOutcome run_gsm8k(model::engine::Engine& engine, const dist::Groups& groups,
         q.latency_s = c.finished_s - c.admitted_s;
         q.token_ids = c.tokens;
         grade(q, options.extractor);
-        outbox += to_json(q).dump() + "\n";
+        encode(outbox, q);
         ++produced;
       },
       [&](const Generator::Progress& p) {

@@ -74,6 +74,27 @@ TEST(Results, CompletionTokensAgreeWithTokenIdsAndFinishReason) {
   EXPECT_EQ(result_from_json(old, "q:2"), make(2));
 }
 
+TEST(Results, BinaryRecordsRoundTripAndAShortOneIsAnError) {
+  QuestionResult odd = make(7);
+  odd.output_text = std::string("raw \xff bytes\0kept", 18);
+  odd.finish_reason = "";
+  odd.latency_s = 0.1 + 0.2;  // travels bit for bit
+  WireWriter out;
+  encode(out, make(3));
+  encode(out, odd);
+  const std::string bytes = out.take();
+  WireReader in(bytes);
+  QuestionResult a, b;
+  decode(in, a);
+  decode(in, b);
+  EXPECT_TRUE(in.done());
+  EXPECT_EQ(a, make(3));
+  EXPECT_EQ(b, odd);
+  WireReader cut(std::string_view(bytes).substr(0, bytes.size() - 3));
+  decode(cut, a);
+  EXPECT_THROW(decode(cut, b), InternalError);
+}
+
 TEST(Results, MissingFileMeansNothingDoneYet) {
   const ResultsFile read = read_results(test::scratch_dir() / "none.jsonl");
   EXPECT_TRUE(read.results.empty());
