@@ -74,11 +74,6 @@ std::string warm_up(model::engine::Engine& engine, const dist::Groups& groups,
                     const model::Tokenizer& tokenizer, const TokenizedPrompts& tokens,
                     const RunnerOptions& options);
 
-struct ThroughputOutcome {
-  std::vector<ThroughputRequest> requests;  // rank 0: every request, by id
-  double seconds = 0;                       // wall time of the whole measurement
-  int dp_groups = 0;
-};
 // Prompt i generates exactly output_lens[i] tokens (stop tokens ignored), every request
 // submitted at the start; collective over the world.
 ThroughputOutcome run_throughput(model::engine::Engine& engine, const dist::Groups& groups,

@@ -51,6 +51,13 @@ struct ThroughputRequest {
   bool operator==(const ThroughputRequest&) const = default;
 };
 
+// What a throughput run measured (eval/runner.h run_throughput).
+struct ThroughputOutcome {
+  std::vector<ThroughputRequest> requests;  // rank 0: every request, by id
+  double seconds = 0;                       // wall time of the whole measurement
+  int dp_groups = 0;
+};
+
 struct LatencyStats {
   double mean_s = 0, median_s = 0, p99_s = 0;  // 0 over no values
 };

@@ -23,8 +23,7 @@
 #include "eval/baseline.h"
 #include "eval/throughput.h"
 #include "eval/dataset.h"
-#include "eval/log_scan.h"
-#include "eval/metrics.h"
+#include "eval/finish.h"
 #include "eval/history_file.h"
 #include "eval/report.h"
 #include "eval/runner.h"
@@ -142,23 +141,27 @@ nlohmann::json config_json(const K3evalOptions& o, const dist::Layout& layout) {
           {"resume", o.resume}};
 }
 
-// The history a run appends to: --history, else <artifacts>/history.h5, else none.
-fs::path history_path(const K3evalOptions& o) {
-  if (!o.history.empty()) return o.history;
-  return o.artifacts_dir.empty() ? fs::path() : fs::path(o.artifacts_dir) / "history.h5";
-}
-
-// The fields every history record has, stamped now.
-eval::RunRecord history_record(const K3evalOptions& o, const dist::Groups& groups,
-                               eval::RunStatus status) {
-  eval::RunRecord rec;
+// Where the run's records go (the history: --history, else <artifacts>/history.h5, else none)
+// and the history record's fields the job knows, stamped now.
+eval::RunContext run_context(const K3evalOptions& o, const dist::Groups& groups,
+                             nlohmann::json config) {
+  eval::RunContext context;
+  context.artifacts_dir = o.artifacts_dir;
+  if (!o.history.empty()) {
+    context.history = o.history;
+  } else if (!o.artifacts_dir.empty()) {
+    context.history = fs::path(o.artifacts_dir) / "history.h5";
+  }
+  eval::RunRecord& rec = context.record;
   rec.timestamp = eval::utc_timestamp(std::chrono::system_clock::now());
   rec.version = K3_VERSION;
   rec.checkpoint = o.model_path;
   rec.config_name = o.config_file.empty() ? "" : fs::path(o.config_file).stem().string();
   rec.layout = layout_name(groups.layout());
-  rec.verdict = std::string(eval::status_word(status));
-  return rec;
+  rec.extractor = o.answer_extractor;
+  rec.num_shots = static_cast<std::uint64_t>(o.num_shots);
+  context.config = std::move(config);
+  return context;
 }
 
 // What defines a run's results, as config.json names them, with the option that sets each. A
@@ -349,97 +352,8 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
   dist::barrier(groups.world());
   int code = 0;
   if (root) {
-    std::vector<eval::QuestionResult> all = resumed.results;
-    all.insert(all.end(), outcome.results.begin(), outcome.results.end());
-    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
-    eval::Metrics metrics = eval::compute_metrics(all, outcome.latency_s);
-    // After a --resume, SGLang's Latency and Output throughput are this part's: the earlier
-    // rows' tokens were generated in another job's time. Accuracy and Invalid cover every row.
-    const bool was_resumed = !resumed.results.empty();
-    const std::uint64_t all_tokens = metrics.completion_tokens;
-    if (was_resumed) {
-      metrics.completion_tokens =
-          eval::compute_metrics(outcome.results, outcome.latency_s).completion_tokens;
-    }
-    std::fputs(eval::format_metric_lines(metrics).c_str(), stdout);
-    if (was_resumed) {
-      std::printf(
-          "Resumed: %zu of %zu questions were finished before this part; Latency and Output "
-          "throughput cover this part's %zu questions (%llu tokens); all %zu questions: %llu "
-          "completion tokens\n",
-          resumed.results.size(), all.size(), outcome.results.size(),
-          static_cast<unsigned long long>(metrics.completion_tokens), all.size(),
-          static_cast<unsigned long long>(all_tokens));
-    }
-    std::optional<eval::Verdict> verdict;
-    if (baseline) {
-      verdict = eval::judge(*baseline, metrics, all);
-      std::printf("Baseline: %.3f (%s), threshold %.3f: %s\n", verdict->baseline_accuracy,
-                  baseline->source.c_str(), verdict->threshold,
-                  verdict->pass ? "PASS" : "REGRESSION");
-      if (!baseline->golden.empty()) {
-        std::printf("Golden tokens: %zu of %zu completions identical\n",
-                    baseline->golden.size() - verdict->golden_mismatches.size(),
-                    baseline->golden.size());
-      }
-      for (const auto& reason : verdict->reasons) std::printf("  %s\n", reason.c_str());
-    }
-    std::size_t log_errors = 0;
-    if (!artifacts.empty()) {
-      std::vector<fs::path> logs;
-      if (fs::exists(artifacts / "logs")) {
-        for (const auto& entry : fs::directory_iterator(artifacts / "logs"))
-          logs.push_back(entry.path());
-      }
-      std::sort(logs.begin(), logs.end());
-      const auto scans = eval::scan_logs(logs);
-      log_errors = eval::count_log_errors(scans);
-      for (const auto& s : scans)
-        for (const auto& f : s.first)
-          std::printf("log %s:%zu: %s\n", s.path.string().c_str(), f.line, f.text.c_str());
-      std::printf("Log scan: %zu error(s) in %zu rank log(s)\n", log_errors, logs.size());
-    }
-    eval::RunStatus status = eval::status_of(verdict);
-    if (log_errors > 0) status = eval::RunStatus::kError;
-    if (!artifacts.empty()) {
-      nlohmann::json summary =
-          eval::summary_json(metrics, verdict, log_errors, config_json(o, groups.layout()));
-      if (was_resumed) {
-        summary["resume"] = {
-            {"finished_before", resumed.results.size()},
-            {"this_part",
-             {{"questions", outcome.results.size()},
-              {"completion_tokens", metrics.completion_tokens},
-              {"latency_s", metrics.latency_s}}},
-            {"all", {{"questions", all.size()}, {"completion_tokens", all_tokens}}}};
-      }
-      eval::write_summary(artifacts / "summary.json", summary);
-      eval::write_status(artifacts / "status", status);
-    }
-    const fs::path history = history_path(o);
-    if (!history.empty()) {
-      eval::RunRecord rec = history_record(o, groups, status);
-      rec.extractor = o.answer_extractor;
-      rec.num_shots = static_cast<std::uint64_t>(o.num_shots);
-      rec.num_questions = metrics.questions;
-      rec.completion_tokens = metrics.completion_tokens;
-      rec.log_errors = log_errors;
-      rec.resumed_after = resumed.results.size();
-      rec.accuracy = metrics.accuracy();
-      rec.invalid = metrics.invalid_rate();
-      rec.latency_s = metrics.latency_s;
-      rec.output_throughput = metrics.output_throughput();
-      if (verdict) {
-        rec.baseline_accuracy = verdict->baseline_accuracy;
-        rec.threshold = verdict->threshold;
-      }
-      rec.results = all;
-      const std::size_t n = eval::append_history(history, rec);
-      spdlog::info("run {} appended to {}", n, history.string());
-    }
-    code = status == eval::RunStatus::kOk ? 0 : status == eval::RunStatus::kRegression ? 1 : 2;
-    std::printf("Status: %s\n", std::string(eval::status_word(status)).c_str());
-    std::fflush(stdout);
+    code = eval::finish_evaluation(run_context(o, groups, config_json(o, groups.layout())),
+                                   resumed.results, outcome.results, outcome.latency_s, baseline);
   }
   dist::bcast(groups.world(), std::span<int>(&code, 1), 0);
   return code;
@@ -526,48 +440,7 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
   spdlog::info("throughput: {} {} prompts, all in flight", prompts.size(), o.dataset_name);
   const auto out = eval::run_throughput(*engine, groups, prompts, output_lens, ro);
   int code = 0;
-  if (root) {
-    const auto metrics = eval::compute_throughput_metrics(out.requests, out.seconds, out.dp_groups);
-    std::fputs(eval::format_throughput_block(metrics).c_str(), stdout);
-    std::optional<eval::ThroughputVerdict> verdict;
-    if (baseline) {
-      verdict = eval::judge_throughput(*baseline, metrics.output_throughput());
-      std::printf("Baseline: %.3f token/s (%s), threshold %.3f token/s: %s\n", verdict->baseline,
-                  baseline->source.c_str(), verdict->threshold,
-                  verdict->pass ? "PASS" : "REGRESSION");
-      if (!verdict->pass) std::printf("  %s\n", verdict->reason.c_str());
-    }
-    const auto status = verdict && !verdict->pass ? eval::RunStatus::kRegression : eval::RunStatus::kOk;
-    if (!artifacts.empty()) {
-      std::string lines;
-      for (const auto& r : out.requests) lines += eval::to_json(r).dump() + "\n";
-      write_file_atomically(artifacts / "requests.jsonl", lines);
-      eval::write_summary(artifacts / "summary.json",
-                          eval::throughput_summary_json(metrics, verdict ? &*verdict : nullptr,
-                                                        config));
-      eval::write_status(artifacts / "status", status);
-    }
-    const fs::path history = history_path(o);
-    if (!history.empty()) {
-      eval::RunRecord rec = history_record(o, groups, status);
-      rec.kind = "throughput";
-      rec.num_questions = metrics.requests;
-      rec.input_tokens = metrics.input_tokens;
-      rec.completion_tokens = metrics.output_tokens;
-      rec.accuracy = rec.invalid = std::numeric_limits<double>::quiet_NaN();
-      rec.latency_s = metrics.duration_s;
-      rec.output_throughput = metrics.output_throughput();
-      if (verdict) {
-        rec.baseline_output_throughput = verdict->baseline;
-        rec.throughput_threshold = verdict->threshold;
-      }
-      const std::size_t n = eval::append_history(history, rec);
-      spdlog::info("run {} appended to {}", n, history.string());
-    }
-    code = status == eval::RunStatus::kOk ? 0 : 1;
-    std::printf("Status: %s\n", std::string(eval::status_word(status)).c_str());
-    std::fflush(stdout);
-  }
+  if (root) code = eval::finish_throughput(run_context(o, groups, config), out, baseline);
   dist::bcast(groups.world(), std::span<int>(&code, 1), 0);
   return code;
 }
