@@ -18,6 +18,29 @@ using RowKernel = void (*)(const MatrixView& w, std::size_t unit, const ActView&
 
 inline constexpr std::size_t kMaxActs = 4;
 
+// A RowKernel from a kernel templated on the activation count: `kKernel` is a stateless generic
+// lambda []<int NA>(w, unit, a, a0, y, ldy) that calls it, and the count is chosen here, once
+// per call. One definition serves every ISA's table.
+template <auto kKernel>
+void rows_by_count(const MatrixView& w, std::size_t unit, const ActView& a, std::size_t a0,
+                   std::size_t na, float* y, std::size_t ldy) {
+  static_assert(kMaxActs == 4, "one case per activation count");
+  switch (na) {
+    case 1:
+      kKernel.template operator()<1>(w, unit, a, a0, y, ldy);
+      return;
+    case 2:
+      kKernel.template operator()<2>(w, unit, a, a0, y, ldy);
+      return;
+    case 3:
+      kKernel.template operator()<3>(w, unit, a, a0, y, ldy);
+      return;
+    default:
+      kKernel.template operator()<4>(w, unit, a, a0, y, ldy);
+      return;
+  }
+}
+
 // Optional: all outputs of units [u0, u0 + nu) (nu <= kTileUnits) for activation rows
 // [0, a.rows), with its own register blocking over rows and activations (and its own choice
 // of path by batch size). Used instead of the row kernel when present.

@@ -122,7 +122,7 @@ K3_AVX2 void row_float_n(const MatrixView& w, size_t row, const ActView& a, size
 // Weight decoders: 32 weights of block b as int8 in activation order, plus the block scale.
 // kSigned: the bytes are signed weights (dot via sign trick). Otherwise they are u8 = weight + 8
 // and the kernel subtracts 8 * sum(x) (one isum per int32 lane: 8 lanes * isum).
-struct Q8_0W {
+struct Q8_0D {
   static constexpr bool kSigned = true;
   static const uint8_t* row(const MatrixView& w, size_t r) { return block_row<32, 34>(w, r); }
   static const uint8_t* block(const MatrixView&, const uint8_t* row, size_t, size_t b) {
@@ -134,7 +134,7 @@ struct Q8_0W {
   }
 };
 
-struct Q4_0W {
+struct Q4_0D {
   static constexpr bool kSigned = false;
   static const uint8_t* row(const MatrixView& w, size_t r) { return block_row<32, 18>(w, r); }
   static const uint8_t* block(const MatrixView&, const uint8_t* row, size_t, size_t b) {
@@ -158,7 +158,7 @@ K3_AVX2_INLINE __m256i mxfp4_lookup(__m128i q) {
   return _mm256_set_m128i(hi, lo);
 }
 
-struct Mxfp4W {
+struct Mxfp4D {
   static constexpr bool kSigned = true;
   static const uint8_t* row(const MatrixView& w, size_t r) { return block_row<32, 17>(w, r); }
   static const uint8_t* block(const MatrixView&, const uint8_t* row, size_t, size_t b) {
@@ -173,7 +173,7 @@ struct Mxfp4W {
 };
 
 // compressed-tensors: nibbles [row, cols/2], E8M0 [row, cols/32]; activations are even/odd.
-struct Mxfp4PackedW {
+struct Mxfp4PackedD {
   static constexpr bool kSigned = true;
   static const uint8_t* row(const MatrixView&, size_t) { return nullptr; }  // see block()
   static const uint8_t* block(const MatrixView& w, const uint8_t*, size_t row, size_t b) {
@@ -188,45 +188,45 @@ struct Mxfp4PackedW {
 // The int32 lanes of one block's dot (lane l: elements 4l .. 4l+3), the offset of unsigned
 // codes taken out per lane. row_q8_n and the repacked GEMV both form a block's lanes here, so
 // they give a row the same bits.
-template <class W>
+template <class D>
 K3_AVX2_INLINE __m256i block_lanes(__m256i q, __m256i x, std::int32_t isum) {
-  if constexpr (W::kSigned) {
+  if constexpr (D::kSigned) {
     return dot_s8s8(q, x);
   } else {
     return _mm256_sub_epi32(dot_u8s8(q, x), _mm256_set1_epi32(isum));
   }
 }
 
-template <class W, int NA>
+template <class D, int NA>
 K3_AVX2_INLINE void q8_block(const MatrixView& w, const uint8_t* p, size_t row, const ActView& a,
                              size_t a0, size_t b, __m256* acc) {
   const size_t nb = a.blocks;
-  const uint8_t* blk = W::block(w, p, row, b);
+  const uint8_t* blk = D::block(w, p, row, b);
   prefetch(blk);
-  const __m256i q = W::decode(blk);
-  const float dw = W::scale(w, row, blk, b);
+  const __m256i q = D::decode(blk);
+  const float dw = D::scale(w, row, blk, b);
   for (int i = 0; i < NA; ++i) {
     const size_t ab = (a0 + i) * nb + b;
-    const __m256i s = block_lanes<W>(q, load256(a.qs + 32 * ab), a.isum[ab]);
+    const __m256i s = block_lanes<D>(q, load256(a.qs + 32 * ab), a.isum[ab]);
     acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * a.d[ab]), acc[i]);
   }
 }
 
 // Even and odd blocks accumulate separately: one FMA chain per block would bound the loop by
 // the FMA latency.
-template <class W, int NA>
+template <class D, int NA>
 K3_AVX2 void row_q8_n(const MatrixView& w, size_t row, const ActView& a, size_t a0, float* y,
                       size_t ldy) {
-  const uint8_t* p = W::row(w, row);
+  const uint8_t* p = D::row(w, row);
   const size_t nb = a.blocks;
   __m256 acc0[NA], acc1[NA];
   for (int i = 0; i < NA; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
   size_t b = 0;
   for (; b + 2 <= nb; b += 2) {
-    q8_block<W, NA>(w, p, row, a, a0, b, acc0);
-    q8_block<W, NA>(w, p, row, a, a0, b + 1, acc1);
+    q8_block<D, NA>(w, p, row, a, a0, b, acc0);
+    q8_block<D, NA>(w, p, row, a, a0, b + 1, acc1);
   }
-  if (b < nb) q8_block<W, NA>(w, p, row, a, a0, b, acc0);
+  if (b < nb) q8_block<D, NA>(w, p, row, a, a0, b, acc0);
   for (int i = 0; i < NA; ++i) y[(a0 + i) * ldy + row] = hsum(_mm256_add_ps(acc0[i], acc1[i]));
 }
 
@@ -437,61 +437,6 @@ K3_AVX2 void row_q3_k_n(const MatrixView& w, size_t row, const ActView& a, size_
   for (int i = 0; i < NA; ++i) y[(a0 + i) * ldy + row] = hsum(acc[i]);
 }
 
-// ------------------------------------------------------------------ dispatch on na
-
-#define K3_DISPATCH_NA(fn)                                                            \
-  [](const MatrixView& w, size_t u, const ActView& a, size_t a0, size_t na, float* y, \
-     size_t ldy) {                                                                    \
-    switch (na) {                                                                     \
-      case 1:                                                                         \
-        fn<1>(w, u, a, a0, y, ldy);                                                   \
-        break;                                                                        \
-      case 2:                                                                         \
-        fn<2>(w, u, a, a0, y, ldy);                                                   \
-        break;                                                                        \
-      case 3:                                                                         \
-        fn<3>(w, u, a, a0, y, ldy);                                                   \
-        break;                                                                        \
-      default:                                                                        \
-        fn<4>(w, u, a, a0, y, ldy);                                                   \
-        break;                                                                        \
-    }                                                                                 \
-  }
-
-template <int NA>
-K3_AVX2 void f32_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) {
-  row_float_n<Type::kF32, NA>(w, u, a, a0, y, l);
-}
-template <int NA>
-K3_AVX2 void f16_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) {
-  row_float_n<Type::kF16, NA>(w, u, a, a0, y, l);
-}
-template <int NA>
-K3_AVX2 void bf16_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y,
-                    size_t l) {
-  row_float_n<Type::kBF16, NA>(w, u, a, a0, y, l);
-}
-template <int NA>
-K3_AVX2 void q8_0_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y,
-                    size_t l) {
-  row_q8_n<Q8_0W, NA>(w, u, a, a0, y, l);
-}
-template <int NA>
-K3_AVX2 void q4_0_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y,
-                    size_t l) {
-  row_q8_n<Q4_0W, NA>(w, u, a, a0, y, l);
-}
-template <int NA>
-K3_AVX2 void mxfp4_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y,
-                     size_t l) {
-  row_q8_n<Mxfp4W, NA>(w, u, a, a0, y, l);
-}
-template <int NA>
-K3_AVX2 void mxfp4p_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y,
-                      size_t l) {
-  row_q8_n<Mxfp4PackedW, NA>(w, u, a, a0, y, l);
-}
-
 // ------------------------------------------------------------------ repacked (quant/repack.h)
 
 // Batch-1 GEMV on one group of 4 repacked rows, read as one sequential stream of super-blocks
@@ -505,9 +450,9 @@ K3_AVX2_INLINE void prefetch_block(const uint8_t* p, size_t bytes) {
 template <Type T>
 K3_AVX2_INLINE __m128 group_scales(const uint8_t* p, float dx) {
   if constexpr (T == Type::kMXFP4) {
-    return _mm_mul_ps(_mm_setr_ps(e8m0_half(p[0]), e8m0_half(p[1]), e8m0_half(p[2]),
-                                  e8m0_half(p[3])),
-                      _mm_set1_ps(dx));
+    return _mm_mul_ps(
+        _mm_setr_ps(e8m0_half(p[0]), e8m0_half(p[1]), e8m0_half(p[2]), e8m0_half(p[3])),
+        _mm_set1_ps(dx));
   } else {
     return _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))),
                       _mm_set1_ps(dx));
@@ -523,8 +468,8 @@ K3_AVX2 void gemv_group(const MatrixView& w, size_t r0, const ActView& a, float*
   constexpr size_t kSb = T == Type::kMXFP4 ? 1 : 2;   // scale bytes per row
   constexpr size_t kQb = T == Type::kQ8_0 ? 32 : 16;  // payload bytes per row
   constexpr size_t kSuper = 4 * (kSb + kQb);
-  using W = std::conditional_t<T == Type::kQ8_0, Q8_0W,
-                               std::conditional_t<T == Type::kQ4_0, Q4_0W, Mxfp4W>>;
+  using D = std::conditional_t<T == Type::kQ8_0, Q8_0D,
+                               std::conditional_t<T == Type::kQ4_0, Q4_0D, Mxfp4D>>;
   const size_t nb = a.blocks;
   const uint8_t* g = w.data.data() + r0 * (nb * kSuper / 4);
   __m256 acc[2][4];
@@ -539,8 +484,9 @@ K3_AVX2 void gemv_group(const MatrixView& w, size_t r0, const ActView& a, float*
     _mm_store_ps(dw_dx, sc);
     for (int r = 0; r < 4; ++r) {
       // The row decoders read a block as [scale][payload]: point kSb bytes before the payload.
-      const __m256i s = block_lanes<W>(W::decode(p + 4 * kSb + kQb * r - kSb), x, a.isum[b]);
-      acc[b & 1][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw_dx[r]), acc[b & 1][r]);
+      const __m256i s = block_lanes<D>(D::decode(p + 4 * kSb + kQb * r - kSb), x, a.isum[b]);
+      acc[b & 1][r] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw_dx[r]), acc[b & 1][r]);
     }
   }
   for (int r = 0; r < 4; ++r) y[r0 + r] = hsum(_mm256_add_ps(acc[0][r], acc[1][r]));
@@ -568,20 +514,23 @@ K3_AVX2 void repacked_tile(const MatrixView& w, size_t r0, size_t nr, const ActV
   }
 }
 
+// ------------------------------------------------------------------ the table
+
 KernelTable make_table() {
   KernelTable t;
   auto set = [&t](Type type, RowKernel k) { t.row[static_cast<size_t>(type)] = k; };
-  set(Type::kF32, K3_DISPATCH_NA(f32_n));
-  set(Type::kF16, K3_DISPATCH_NA(f16_n));
-  set(Type::kBF16, K3_DISPATCH_NA(bf16_n));
-  set(Type::kQ8_0, K3_DISPATCH_NA(q8_0_n));
-  set(Type::kQ4_0, K3_DISPATCH_NA(q4_0_n));
-  set(Type::kMXFP4, K3_DISPATCH_NA(mxfp4_n));
-  set(Type::kMXFP4Packed, K3_DISPATCH_NA(mxfp4p_n));
-  set(Type::kModelSlimInt8, K3_DISPATCH_NA(row_ms_int8_n));
-  set(Type::kModelSlimInt4, K3_DISPATCH_NA(row_ms_int4_n));
-  set(Type::kQ2_K, K3_DISPATCH_NA(row_q2_k_n));
-  set(Type::kQ3_K, K3_DISPATCH_NA(row_q3_k_n));
+  set(Type::kF32, rows_by_count<[]<int NA>(auto&&... x) { row_float_n<Type::kF32, NA>(x...); }>);
+  set(Type::kF16, rows_by_count<[]<int NA>(auto&&... x) { row_float_n<Type::kF16, NA>(x...); }>);
+  set(Type::kBF16, rows_by_count<[]<int NA>(auto&&... x) { row_float_n<Type::kBF16, NA>(x...); }>);
+  set(Type::kQ8_0, rows_by_count<[]<int NA>(auto&&... x) { row_q8_n<Q8_0D, NA>(x...); }>);
+  set(Type::kQ4_0, rows_by_count<[]<int NA>(auto&&... x) { row_q8_n<Q4_0D, NA>(x...); }>);
+  set(Type::kMXFP4, rows_by_count<[]<int NA>(auto&&... x) { row_q8_n<Mxfp4D, NA>(x...); }>);
+  set(Type::kMXFP4Packed,
+      rows_by_count<[]<int NA>(auto&&... x) { row_q8_n<Mxfp4PackedD, NA>(x...); }>);
+  set(Type::kModelSlimInt8, rows_by_count<[]<int NA>(auto&&... x) { row_ms_int8_n<NA>(x...); }>);
+  set(Type::kModelSlimInt4, rows_by_count<[]<int NA>(auto&&... x) { row_ms_int4_n<NA>(x...); }>);
+  set(Type::kQ2_K, rows_by_count<[]<int NA>(auto&&... x) { row_q2_k_n<NA>(x...); }>);
+  set(Type::kQ3_K, rows_by_count<[]<int NA>(auto&&... x) { row_q3_k_n<NA>(x...); }>);
   t.repacked[static_cast<size_t>(Type::kQ8_0)] = repacked_tile<Type::kQ8_0>;
   t.repacked[static_cast<size_t>(Type::kQ4_0)] = repacked_tile<Type::kQ4_0>;
   t.repacked[static_cast<size_t>(Type::kMXFP4)] = repacked_tile<Type::kMXFP4>;

@@ -235,7 +235,8 @@ K3_512 void float_gemv(const MatrixView& w, size_t r0, const ActView& a, float* 
     for (int r = 0; r < R; ++r) {
       _mm_prefetch(reinterpret_cast<const char*>(p[r] + kEs * k) + kFloatPrefetch, _MM_HINT_T1);
       for (size_t h = 0; h < kStep; h += 16)
-        acc[r] = _mm512_fmadd_ps(load_w16<T>(p[r] + kEs * (k + h)), _mm512_loadu_ps(a.f32 + k + h), acc[r]);
+        acc[r] = _mm512_fmadd_ps(load_w16<T>(p[r] + kEs * (k + h)), _mm512_loadu_ps(a.f32 + k + h),
+                                 acc[r]);
     }
   }
   for (; k < n; k += 16) {
@@ -422,9 +423,9 @@ K3_512_INLINE __m128i half_sums(__m512i s01, __m512i s23) {
 
 template <int kShift>
 K3_512_INLINE __m128i block_sums4(__m512i s01, __m512i s23, const std::int32_t* isum) {
-  return _mm_sub_epi32(half_sums(s01, s23),
-                       _mm_slli_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(isum)),
-                                      3 + kShift));
+  return _mm_sub_epi32(
+      half_sums(s01, s23),
+      _mm_slli_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(isum)), 3 + kShift));
 }
 
 // S_b of one block from its vpdpbusd lanes (8 int32).
@@ -571,8 +572,8 @@ K3_512 void q8_gemv4(const MatrixView& w, size_t r0, const ActView& a, float* y)
       const __m128 sc = _mm_mul_ps(dec[r].scale4(b), dx);
       const __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), dec[r].decode2(b), x0);
       const __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), dec[r].decode2(b + 2), x1);
-      acc[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(block_sums4<D::kShift>(s0, s1, a.isum + b)), sc,
-                            acc[r]);
+      acc[r] =
+          _mm_fmadd_ps(_mm_cvtepi32_ps(block_sums4<D::kShift>(s0, s1, a.isum + b)), sc, acc[r]);
     }
   }
   for (int r = 0; r < 4; ++r) {
@@ -628,7 +629,6 @@ K3_512 void q8_tile_gemm(const MatrixView& w, size_t u0, size_t nu, const ActVie
       q8_tile_rows<D, 1>(w, u0 + r, u.data() + r * cols, sc.data() + r * nb, a, g, y, ldy);
   }
 }
-
 
 // ------------------------------------------------------------------ repacked (quant/repack.h)
 
@@ -865,8 +865,8 @@ template <Type T>
 K3_512_INLINE __m512 vnni_accumulate(const uint8_t* p, const __m512i* x, std::int32_t nisum,
                                      float dx, __m512 acc) {
   const __m512i isum = vnni_block<T>(p, x, _mm512_set1_epi32(nisum * kVnniOffset<T>));
-  const __m512 d = _mm512_mul_ps(_mm512_cvtph_ps(load256(p + kVnniSuper<T> - 32)),
-                                 _mm512_set1_ps(dx));
+  const __m512 d =
+      _mm512_mul_ps(_mm512_cvtph_ps(load256(p + kVnniSuper<T> - 32)), _mm512_set1_ps(dx));
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, acc);
 }
 
@@ -1147,14 +1147,13 @@ K3_512 void row_q2_k_n(const MatrixView& w, size_t row, const ActView& a, size_t
       const std::int32_t s = _mm512_reduce_add_epi32(sum[i]);
       const std::int32_t m = _mm512_reduce_add_epi32(
           _mm512_zextsi256_si512(_mm256_madd_epi16(mins, load256(a.bsums + 16 * ab))));
-      acc[i] = _mm_fmadd_ss(_mm_cvtsi32_ss(_mm_setzero_ps(), s), _mm_mul_ss(_mm_set_ss(d), dx),
-                            acc[i]);
-      accm[i] = _mm_fmadd_ss(_mm_cvtsi32_ss(_mm_setzero_ps(), m),
-                             _mm_mul_ss(_mm_set_ss(dmin), dx), accm[i]);
+      acc[i] =
+          _mm_fmadd_ss(_mm_cvtsi32_ss(_mm_setzero_ps(), s), _mm_mul_ss(_mm_set_ss(d), dx), acc[i]);
+      accm[i] = _mm_fmadd_ss(_mm_cvtsi32_ss(_mm_setzero_ps(), m), _mm_mul_ss(_mm_set_ss(dmin), dx),
+                             accm[i]);
     }
   }
-  for (int i = 0; i < NA; ++i)
-    y[(a0 + i) * ldy + row] = _mm_cvtss_f32(_mm_sub_ss(acc[i], accm[i]));
+  for (int i = 0; i < NA; ++i) y[(a0 + i) * ldy + row] = _mm_cvtss_f32(_mm_sub_ss(acc[i], accm[i]));
 }
 
 // Q2_K at batch >= kInterleaveMinRows, on the 16-row interleaved activations (one activation
@@ -1213,9 +1212,11 @@ K3_512 void q2_k_rows16(const MatrixView& w, size_t r0, const ActView& a, float*
       for (int r = 0; r < NR; ++r) {
         __m512i msum = _mm512_setzero_si512();
         for (int p = 0; p < 8; ++p)
-          msum = _mm512_dpwssd_epi32(msum, load512(bs + 32 * p), _mm512_set1_epi32(min_pairs[r][p]));
+          msum =
+              _mm512_dpwssd_epi32(msum, load512(bs + 32 * p), _mm512_set1_epi32(min_pairs[r][p]));
         const __m512i sum = _mm512_add_epi32(even[r], odd[r]);
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(_mm512_set1_ps(d[r]), dx), acc[r]);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(_mm512_set1_ps(d[r]), dx),
+                                 acc[r]);
         accm[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum),
                                   _mm512_mul_ps(_mm512_set1_ps(dmin[r]), dx), accm[r]);
       }
@@ -1280,72 +1281,23 @@ K3_512 void row_q3_k_n(const MatrixView& w, size_t row, const ActView& a, size_t
     y[(a0 + i) * ldy + row] = _mm512_reduce_add_ps(acc[i]) - hsum256(accc[i]);
 }
 
-// ------------------------------------------------------------------ dispatch on na
-
-#define K3_DISPATCH_NA(fn)                                                            \
-  [](const MatrixView& w, size_t u, const ActView& a, size_t a0, size_t na, float* y, \
-     size_t ldy) {                                                                    \
-    switch (na) {                                                                     \
-      case 1:                                                                         \
-        fn<1>(w, u, a, a0, y, ldy);                                                   \
-        break;                                                                        \
-      case 2:                                                                         \
-        fn<2>(w, u, a, a0, y, ldy);                                                   \
-        break;                                                                        \
-      case 3:                                                                         \
-        fn<3>(w, u, a, a0, y, ldy);                                                   \
-        break;                                                                        \
-      default:                                                                        \
-        fn<4>(w, u, a, a0, y, ldy);                                                   \
-        break;                                                                        \
-    }                                                                                 \
-  }
-
-template <int NA>
-K3_512 void f32_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) {
-  row_float_n<Type::kF32, NA>(w, u, a, a0, y, l);
-}
-template <int NA>
-K3_512 void f16_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) {
-  row_float_n<Type::kF16, NA>(w, u, a, a0, y, l);
-}
-template <int NA>
-K3_512 void bf16_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) {
-  row_float_n<Type::kBF16, NA>(w, u, a, a0, y, l);
-}
-template <int NA>
-K3_512 void q8_0_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) {
-  row_q8_n<Q8_0D, NA>(w, u, a, a0, y, l);
-}
-template <int NA>
-K3_512 void q4_0_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y, size_t l) {
-  row_q8_n<Q4_0D, NA>(w, u, a, a0, y, l);
-}
-template <int NA>
-K3_512 void mxfp4_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y,
-                    size_t l) {
-  row_q8_n<Mxfp4D, NA>(w, u, a, a0, y, l);
-}
-template <int NA>
-K3_512 void mxfp4p_n(const MatrixView& w, size_t u, const ActView& a, size_t a0, float* y,
-                     size_t l) {
-  row_q8_n<Mxfp4PackedD, NA>(w, u, a, a0, y, l);
-}
+// ------------------------------------------------------------------ the table
 
 KernelTable make_table() {
   KernelTable t;
   auto set = [&t](Type type, RowKernel k) { t.row[static_cast<size_t>(type)] = k; };
-  set(Type::kF32, K3_DISPATCH_NA(f32_n));
-  set(Type::kF16, K3_DISPATCH_NA(f16_n));
-  set(Type::kBF16, K3_DISPATCH_NA(bf16_n));
-  set(Type::kQ8_0, K3_DISPATCH_NA(q8_0_n));
-  set(Type::kQ4_0, K3_DISPATCH_NA(q4_0_n));
-  set(Type::kMXFP4, K3_DISPATCH_NA(mxfp4_n));
-  set(Type::kMXFP4Packed, K3_DISPATCH_NA(mxfp4p_n));
-  set(Type::kModelSlimInt8, K3_DISPATCH_NA(row_ms_int8_n));
-  set(Type::kModelSlimInt4, K3_DISPATCH_NA(row_ms_int4_n));
-  set(Type::kQ2_K, K3_DISPATCH_NA(row_q2_k_n));
-  set(Type::kQ3_K, K3_DISPATCH_NA(row_q3_k_n));
+  set(Type::kF32, rows_by_count<[]<int NA>(auto&&... x) { row_float_n<Type::kF32, NA>(x...); }>);
+  set(Type::kF16, rows_by_count<[]<int NA>(auto&&... x) { row_float_n<Type::kF16, NA>(x...); }>);
+  set(Type::kBF16, rows_by_count<[]<int NA>(auto&&... x) { row_float_n<Type::kBF16, NA>(x...); }>);
+  set(Type::kQ8_0, rows_by_count<[]<int NA>(auto&&... x) { row_q8_n<Q8_0D, NA>(x...); }>);
+  set(Type::kQ4_0, rows_by_count<[]<int NA>(auto&&... x) { row_q8_n<Q4_0D, NA>(x...); }>);
+  set(Type::kMXFP4, rows_by_count<[]<int NA>(auto&&... x) { row_q8_n<Mxfp4D, NA>(x...); }>);
+  set(Type::kMXFP4Packed,
+      rows_by_count<[]<int NA>(auto&&... x) { row_q8_n<Mxfp4PackedD, NA>(x...); }>);
+  set(Type::kModelSlimInt8, rows_by_count<[]<int NA>(auto&&... x) { row_ms_int8_n<NA>(x...); }>);
+  set(Type::kModelSlimInt4, rows_by_count<[]<int NA>(auto&&... x) { row_ms_int4_n<NA>(x...); }>);
+  set(Type::kQ2_K, rows_by_count<[]<int NA>(auto&&... x) { row_q2_k_n<NA>(x...); }>);
+  set(Type::kQ3_K, rows_by_count<[]<int NA>(auto&&... x) { row_q3_k_n<NA>(x...); }>);
   t.tile[static_cast<size_t>(Type::kF32)] = float_tile<Type::kF32>;
   t.tile[static_cast<size_t>(Type::kF16)] = float_tile<Type::kF16>;
   t.tile[static_cast<size_t>(Type::kBF16)] = float_tile<Type::kBF16>;

@@ -22,7 +22,8 @@ using std::uint8_t;
 
 void dequant_q8_0(const uint8_t* b, float* y) {
   const float d = fp16_to_f32(load_u16(b + layout::kQ8_0D));
-  for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<std::int8_t>(b[2 + j])) * d;
+  for (int j = 0; j < 32; ++j)
+    y[j] = static_cast<float>(static_cast<std::int8_t>(b[layout::kQ8_0Qs + j])) * d;
 }
 
 void dequant_q4_0(const uint8_t* b, float* y) {
@@ -85,7 +86,7 @@ void quant_q8_0(const float* x, uint8_t* b) {
   for (int j = 0; j < 32; ++j) {
     const float v = std::round(x[j] * id);  // half away from zero, like roundf
     const float c = std::isnan(v) ? 0.0f : std::clamp(v, -128.0f, 127.0f);
-    b[2 + j] = static_cast<uint8_t>(static_cast<std::int8_t>(c));
+    b[layout::kQ8_0Qs + j] = static_cast<uint8_t>(static_cast<std::int8_t>(c));
   }
 }
 
@@ -109,7 +110,7 @@ void quant_q4_0(const float* x, uint8_t* b) {
     return static_cast<uint8_t>(t);
   };
   for (int j = 0; j < 16; ++j) {
-    b[2 + j] = static_cast<uint8_t>(code(x[j] * id) | (code(x[j + 16] * id) << 4));
+    b[layout::kQ4_0Qs + j] = static_cast<uint8_t>(code(x[j] * id) | (code(x[j + 16] * id) << 4));
   }
 }
 
@@ -389,7 +390,82 @@ void check_multiple(Type type, std::size_t n, std::size_t block) {
   }
 }
 
+// Every block of a row through a one-block function.
+template <class Block, std::size_t kElems>
+void blocks_to_float(void (*block)(const uint8_t*, float*), const uint8_t* src, float* dst,
+                     size_t n) {
+  for (size_t i = 0; i < n / kElems; ++i) block(src + sizeof(Block) * i, dst + kElems * i);
+}
+
+template <class Block, std::size_t kElems>
+void blocks_from_float(void (*block)(const float*, uint8_t*), const float* src, uint8_t* dst,
+                       size_t n) {
+  for (size_t i = 0; i < n / kElems; ++i) block(src + kElems * i, dst + sizeof(Block) * i);
+}
+
 }  // namespace
+
+namespace detail {
+
+template <Type T>
+void to_float_row(const uint8_t* src, float* dst, size_t n) {
+  if constexpr (T == Type::kF32) {
+    std::memcpy(dst, src, n * sizeof(float));
+  } else if constexpr (T == Type::kF16) {
+    for (size_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(load_u16(src + 2 * i));
+  } else if constexpr (T == Type::kBF16) {
+    for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(src + 2 * i));
+  } else if constexpr (T == Type::kQ8_0) {
+    blocks_to_float<BlockQ8_0, kBlock32>(dequant_q8_0, src, dst, n);
+  } else if constexpr (T == Type::kQ4_0) {
+    blocks_to_float<BlockQ4_0, kBlock32>(dequant_q4_0, src, dst, n);
+  } else if constexpr (T == Type::kMXFP4) {
+    blocks_to_float<BlockMXFP4, kBlock32>(dequant_mxfp4, src, dst, n);
+  } else if constexpr (T == Type::kQ2_K) {
+    blocks_to_float<BlockQ2_K, kBlockK>(dequant_q2_k, src, dst, n);
+  } else {
+    static_assert(T == Type::kQ3_K, "not a self-contained block type");
+    blocks_to_float<BlockQ3_K, kBlockK>(dequant_q3_k, src, dst, n);
+  }
+}
+
+template <Type T>
+void from_float_row(const float* src, uint8_t* dst, size_t n) {
+  if constexpr (T == Type::kF32) {
+    std::memcpy(dst, src, n * sizeof(float));
+  } else if constexpr (T == Type::kF16) {
+    for (size_t i = 0; i < n; ++i) store_u16(dst + 2 * i, f32_to_fp16(src[i]));
+  } else if constexpr (T == Type::kBF16) {
+    for (size_t i = 0; i < n; ++i) store_u16(dst + 2 * i, f32_to_bf16(src[i]));
+  } else if constexpr (T == Type::kQ8_0) {
+    blocks_from_float<BlockQ8_0, kBlock32>(quant_q8_0, src, dst, n);
+  } else if constexpr (T == Type::kQ4_0) {
+    blocks_from_float<BlockQ4_0, kBlock32>(quant_q4_0, src, dst, n);
+  } else if constexpr (T == Type::kMXFP4) {
+    blocks_from_float<BlockMXFP4, kBlock32>(quant_mxfp4, src, dst, n);
+  } else if constexpr (T == Type::kQ2_K) {
+    blocks_from_float<BlockQ2_K, kBlockK>(quant_q2_k, src, dst, n);
+  } else {
+    static_assert(T == Type::kQ3_K, "not a self-contained block type");
+    blocks_from_float<BlockQ3_K, kBlockK>(quant_q3_k, src, dst, n);
+  }
+}
+
+// The instantiations the traits table (types.cpp) points at.
+#define K3_ROW_CODECS(T)                                                   \
+  template void to_float_row<T>(const uint8_t* src, float* dst, size_t n); \
+  template void from_float_row<T>(const float* src, uint8_t* dst, size_t n)
+K3_ROW_CODECS(Type::kF32);
+K3_ROW_CODECS(Type::kF16);
+K3_ROW_CODECS(Type::kBF16);
+K3_ROW_CODECS(Type::kQ8_0);
+K3_ROW_CODECS(Type::kQ4_0);
+K3_ROW_CODECS(Type::kMXFP4);
+K3_ROW_CODECS(Type::kQ2_K);
+K3_ROW_CODECS(Type::kQ3_K);
+#undef K3_ROW_CODECS
+
+}  // namespace detail
 
 void unpack_q3_k_scales(const std::uint8_t* p, std::int8_t out[16]) {
   for (int j = 0; j < 16; ++j) {
@@ -401,38 +477,13 @@ void unpack_q3_k_scales(const std::uint8_t* p, std::int8_t out[16]) {
 
 void dequantize_row(Type type, const std::uint8_t* src, float* dst, std::size_t n) {
   const TypeTraits& t = traits(type);
+  if (t.to_float == nullptr) {
+    throw InternalError("quant: dequantize_row(" + std::string(t.name) +
+                        ") needs the matrix view (side arrays)");
+  }
   check_multiple(type, n, t.block_elems);
   if (n == 0) return;  // empty spans may carry null pointers
-  const std::size_t nb = n / t.block_elems;
-  switch (type) {
-    case Type::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
-      return;
-    case Type::kF16:
-      for (std::size_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(load_u16(src + 2 * i));
-      return;
-    case Type::kBF16:
-      for (std::size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(src + 2 * i));
-      return;
-    case Type::kQ8_0:
-      for (std::size_t i = 0; i < nb; ++i) dequant_q8_0(src + 34 * i, dst + 32 * i);
-      return;
-    case Type::kQ4_0:
-      for (std::size_t i = 0; i < nb; ++i) dequant_q4_0(src + 18 * i, dst + 32 * i);
-      return;
-    case Type::kMXFP4:
-      for (std::size_t i = 0; i < nb; ++i) dequant_mxfp4(src + 17 * i, dst + 32 * i);
-      return;
-    case Type::kQ2_K:
-      for (std::size_t i = 0; i < nb; ++i) dequant_q2_k(src + 84 * i, dst + 256 * i);
-      return;
-    case Type::kQ3_K:
-      for (std::size_t i = 0; i < nb; ++i) dequant_q3_k(src + 110 * i, dst + 256 * i);
-      return;
-    default:
-      throw InternalError("quant: dequantize_row(" + std::string(t.name) +
-                          ") needs the matrix view (side arrays)");
-  }
+  t.to_float(src, dst, n);
 }
 
 void dequantize_row_mxfp4_packed(const std::uint8_t* packed, const std::uint8_t* e8m0, float* dst,
@@ -506,38 +557,13 @@ void dequantize(const MatrixView& v, std::span<float> dst) {
 
 void quantize_row(Type type, const float* src, std::uint8_t* dst, std::size_t n) {
   const TypeTraits& t = traits(type);
+  if (t.from_float == nullptr) {
+    throw InternalError("quant: quantize_row(" + std::string(t.name) +
+                        ") is not a self-contained block type; use quantize()");
+  }
   check_multiple(type, n, t.block_elems);
   if (n == 0) return;  // empty spans may carry null pointers
-  const std::size_t nb = n / t.block_elems;
-  switch (type) {
-    case Type::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
-      return;
-    case Type::kF16:
-      for (std::size_t i = 0; i < n; ++i) store_u16(dst + 2 * i, f32_to_fp16(src[i]));
-      return;
-    case Type::kBF16:
-      for (std::size_t i = 0; i < n; ++i) store_u16(dst + 2 * i, f32_to_bf16(src[i]));
-      return;
-    case Type::kQ8_0:
-      for (std::size_t i = 0; i < nb; ++i) quant_q8_0(src + 32 * i, dst + 34 * i);
-      return;
-    case Type::kQ4_0:
-      for (std::size_t i = 0; i < nb; ++i) quant_q4_0(src + 32 * i, dst + 18 * i);
-      return;
-    case Type::kMXFP4:
-      for (std::size_t i = 0; i < nb; ++i) quant_mxfp4(src + 32 * i, dst + 17 * i);
-      return;
-    case Type::kQ2_K:
-      for (std::size_t i = 0; i < nb; ++i) quant_q2_k(src + 256 * i, dst + 84 * i);
-      return;
-    case Type::kQ3_K:
-      for (std::size_t i = 0; i < nb; ++i) quant_q3_k(src + 256 * i, dst + 110 * i);
-      return;
-    default:
-      throw InternalError("quant: quantize_row(" + std::string(t.name) +
-                          ") is not a self-contained block type; use quantize()");
-  }
+  t.from_float(src, dst, n);
 }
 
 void quantize_row_mxfp4_packed(const float* src, std::uint8_t* packed, std::uint8_t* e8m0,

@@ -4,24 +4,49 @@
 #include <limits>
 
 #include "common/error.h"
+#include "quant/blocks.h"
+#include "quant/reference.h"
 #include "quant/repack.h"
 
 namespace k3::quant {
 namespace {
 
+using detail::from_float_row;
+using detail::to_float_row;
+
+// Block sizes come from the block structs (quant/blocks.h); no other code spells them.
 constexpr std::array<TypeTraits, kTypeCount> kTraits = {{
-    {Type::kF32, "F32", 1, 4, 1, false, ActFormat::kF32, 0},
-    {Type::kF16, "F16", 1, 2, 1, false, ActFormat::kF32, 1},
-    {Type::kBF16, "BF16", 1, 2, 1, false, ActFormat::kF32, 30},
-    {Type::kQ8_0, "Q8_0", 32, 34, 32, true, ActFormat::kQ8Block32, 8},
-    {Type::kQ4_0, "Q4_0", 32, 18, 32, true, ActFormat::kQ8Block32, 2},
-    {Type::kQ2_K, "Q2_K", 256, 84, 256, true, ActFormat::kQ8K, 10},
-    {Type::kQ3_K, "Q3_K", 256, 110, 256, true, ActFormat::kQ8K, 11},
-    {Type::kMXFP4, "MXFP4", 32, 17, 32, true, ActFormat::kQ8Block32, 39},
-    {Type::kMXFP4Packed, "CT_MXFP4", 32, 16, 32, true, ActFormat::kQ8Block32EvenOdd, -1},
-    {Type::kModelSlimInt8, "MS_INT8", 1, 1, 32, true, ActFormat::kQ8Block32, -1},
-    {Type::kModelSlimInt4, "MS_INT4", 2, 1, 32, true, ActFormat::kQ8Block32, -1},
+    {Type::kF32, "F32", 1, 4, 1, false, ActFormat::kF32, 0, to_float_row<Type::kF32>,
+     from_float_row<Type::kF32>},
+    {Type::kF16, "F16", 1, 2, 1, false, ActFormat::kF32, 1, to_float_row<Type::kF16>,
+     from_float_row<Type::kF16>},
+    {Type::kBF16, "BF16", 1, 2, 1, false, ActFormat::kF32, 30, to_float_row<Type::kBF16>,
+     from_float_row<Type::kBF16>},
+    {Type::kQ8_0, "Q8_0", kBlock32, sizeof(BlockQ8_0), kBlock32, true, ActFormat::kQ8Block32, 8,
+     to_float_row<Type::kQ8_0>, from_float_row<Type::kQ8_0>},
+    {Type::kQ4_0, "Q4_0", kBlock32, sizeof(BlockQ4_0), kBlock32, true, ActFormat::kQ8Block32, 2,
+     to_float_row<Type::kQ4_0>, from_float_row<Type::kQ4_0>},
+    {Type::kQ2_K, "Q2_K", kBlockK, sizeof(BlockQ2_K), kBlockK, true, ActFormat::kQ8K, 10,
+     to_float_row<Type::kQ2_K>, from_float_row<Type::kQ2_K>},
+    {Type::kQ3_K, "Q3_K", kBlockK, sizeof(BlockQ3_K), kBlockK, true, ActFormat::kQ8K, 11,
+     to_float_row<Type::kQ3_K>, from_float_row<Type::kQ3_K>},
+    {Type::kMXFP4, "MXFP4", kBlock32, sizeof(BlockMXFP4), kBlock32, true, ActFormat::kQ8Block32, 39,
+     to_float_row<Type::kMXFP4>, from_float_row<Type::kMXFP4>},
+    // compressed-tensors MXFP4: 16 bytes of codes per 32 elements, the E8M0 scales apart.
+    {Type::kMXFP4Packed, "CT_MXFP4", kBlock32, kBlock32 / 2, kBlock32, true,
+     ActFormat::kQ8Block32EvenOdd, -1, nullptr, nullptr},
+    {Type::kModelSlimInt8, "MS_INT8", 1, 1, kBlock32, true, ActFormat::kQ8Block32, -1, nullptr,
+     nullptr},
+    {Type::kModelSlimInt4, "MS_INT4", 2, 1, kBlock32, true, ActFormat::kQ8Block32, -1, nullptr,
+     nullptr},
 }};
+// The table is indexed by the enum.
+static_assert([] {
+  for (std::size_t i = 0; i < kTraits.size(); ++i) {
+    if (static_cast<std::size_t>(kTraits[i].type) != i) return false;
+  }
+  return true;
+}());
 
 std::size_t checked_mul(std::size_t a, std::size_t b, Type type, std::size_t rows,
                         std::size_t cols) {

@@ -42,6 +42,11 @@ enum class ActFormat : std::uint8_t {
   kQ8K,               // ggml-style Q8_K: int8 per block of 256, float scale, int16 sums of 16
 };
 
+// One row of a self-contained type to and from floats (n a multiple of block_elems): the scalar
+// reference (quant/reference.h), as ggml's type_traits to_float / from_float_ref.
+using ToFloatRow = void (*)(const std::uint8_t* src, float* dst, std::size_t n);
+using FromFloatRow = void (*)(const float* src, std::uint8_t* dst, std::size_t n);
+
 struct TypeTraits {
   Type type;
   std::string_view name;     // "Q4_0", "MS_INT4", ...
@@ -51,6 +56,9 @@ struct TypeTraits {
   bool integer_kernel;       // kernels quantize activations to int8 (false: fp32 activations)
   ActFormat act;
   int ggml_type;  // ggml_type id in GGUF, or -1 if not a GGUF type
+  // Null for the types whose rows need side arrays (CT_MXFP4, ModelSlim): use the MatrixView.
+  ToFloatRow to_float;
+  FromFloatRow from_float;
 };
 
 const TypeTraits& traits(Type type);

@@ -1,12 +1,16 @@
 // Type traits, shape rules and the errors a user sees for a malformed weight matrix.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
 #include "quant/kernels.h"
 #include "quant/quantize.h"
+#include "quant/reference.h"
 #include "quant/types.h"
 #include "test_util.h"
 
@@ -43,6 +47,42 @@ TEST(QuantTypes, GgufTraitsMatchGgml) {
   EXPECT_EQ(traits(Type::kQ4_0).act, ActFormat::kQ8Block32);
   EXPECT_EQ(traits(Type::kMXFP4Packed).act, ActFormat::kQ8Block32EvenOdd);
   EXPECT_FALSE(traits(Type::kBF16).integer_kernel);
+}
+
+// Every self-contained type converts rows through its traits entry, and the entry is that
+// type's codec: a round trip stays within the type's rounding (an entry pointing at another
+// type's codec reads the bytes in the wrong layout and misses by far). Types with side arrays
+// have no entry, and dequantize_row says so.
+TEST(QuantTypes, RowCodecsInTheTraitsTable) {
+  for (std::size_t i = 0; i < kTypeCount; ++i) {
+    const Type type = static_cast<Type>(i);
+    const TypeTraits& t = traits(type);
+    const bool self_contained = type != Type::kMXFP4Packed && type != Type::kModelSlimInt8 &&
+                                type != Type::kModelSlimInt4;
+    EXPECT_EQ(t.to_float != nullptr, self_contained) << t.name;
+    EXPECT_EQ(t.from_float != nullptr, self_contained) << t.name;
+    if (!self_contained) {
+      float out[32];
+      const std::uint8_t in[16] = {};
+      EXPECT_THROW(dequantize_row(type, in, out, 32), InternalError) << t.name;
+      continue;
+    }
+    const std::size_t n = 2 * t.block_elems;
+    std::vector<float> x(n);
+    for (std::size_t k = 0; k < n; ++k) x[k] = std::sin(0.37f * static_cast<float>(k)) * 3.0f;
+    std::vector<std::uint8_t> q(n / t.block_elems * t.block_bytes);
+    t.from_float(x.data(), q.data(), n);
+    std::vector<float> y(n);
+    t.to_float(q.data(), y.data(), n);
+    double worst = 0;
+    for (std::size_t k = 0; k < n; ++k) worst = std::max(worst, double(std::fabs(y[k] - x[k])));
+    const double bound = type == Type::kF32    ? 0.0
+                         : type == Type::kF16  ? 3e-3
+                         : type == Type::kBF16 ? 2e-2
+                         : type == Type::kQ8_0 ? 0.02
+                                               : 1.5;  // 4-, 3- and 2-bit codes of values in [-3, 3]
+    EXPECT_LE(worst, bound) << t.name;
+  }
 }
 
 TEST(QuantTypes, DataBytes) {
