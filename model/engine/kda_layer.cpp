@@ -1,0 +1,124 @@
+// Section 2.4: the KDA block over this rank's heads (the recurrence itself is kda.h).
+#include "model/engine/engine_impl.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include <oneapi/tbb/parallel_for.h>
+
+#include "common/error.h"
+#include "dist/collectives.h"
+#include "model/engine/kda.h"
+#include "model/engine/ops.h"
+#include "model/engine/sampling.h"
+#include "quant/gemm_f32.h"
+#include "quant/reference.h"
+
+namespace k3::model::engine {
+
+using namespace detail;
+
+// Section 2.4, KDA over this rank's heads.
+void Engine::Impl::kda(const Layer& L, const Rows& x, std::span<const StepSequence> batch,
+                       const BatchRows& br, Rows& out) {
+  const KdaLayer& w = L.kda_w;
+  const std::size_t T = br.total;
+  const std::size_t past = kernel - 1;
+  Rows q(T * P), k(T * P), v(T * P), fa(T * D), z(T * P), b(T * kda_heads), gate(T * P);
+  SharedInput in(x, T);
+  in.apply(w.q, q);
+  in.apply(w.k, k);
+  in.apply(w.v, v);
+  in.apply(w.f_a, fa);
+  w.f_b.apply(fa, T, z);
+  in.apply(w.b, b);
+  in.apply(w.g, gate);
+  const float lower = static_cast<float>(c.kda_gate_lower_bound);
+  const float q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+
+  // The gates of every token at once: decay sigmoid(A (f_b f_a x + dt_bias)) (scaled by the
+  // lower bound below), beta = sigmoid(b x), the output gate sigmoid(g x).
+  Rows decay_gate(T * P);
+  for (std::size_t t = 0; t < T; ++t)
+    for (std::size_t ch = 0; ch < P; ++ch)
+      decay_gate[t * P + ch] = w.decay[ch / D] * (z[t * P + ch] + w.dt_bias[ch]);
+  sigmoid_rows(decay_gate);
+  sigmoid_rows(b);
+  sigmoid_rows(gate);
+
+  Rows o(T * P);
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    Slot& s = slots[static_cast<std::size_t>(batch[i].slot)];
+    auto& conv = s.conv[static_cast<std::size_t>(w.state_index)];
+    const std::size_t n = br.count[i], off = br.offset[i];
+    // 1. Causal depthwise conv (carrying the previous pre-conv inputs) then SiLU, token by token.
+    Rows* proj[3] = {&q, &k, &v};
+    const std::vector<float>* taps[3] = {&w.conv_q, &w.conv_k, &w.conv_v};
+    for (int which = 0; which < 3; ++which) {
+      float* hist_all = &conv[static_cast<std::size_t>(which) * P * past];
+      for (std::size_t t = off; t < off + n; ++t) {
+        float* row = &(*proj[which])[t * P];
+        for (std::size_t ch = 0; ch < P; ++ch) {
+          float* hist = hist_all + ch * past;
+          const float* tw = &(*taps[which])[ch * kernel];
+          float acc = tw[past] * row[ch];
+          for (std::size_t j = 0; j < past; ++j) acc += tw[j] * hist[j];
+          for (std::size_t j = 0; j + 1 < past; ++j) hist[j] = hist[j + 1];
+          if (past > 0) hist[past - 1] = row[ch];
+          row[ch] = acc;
+        }
+        silu_rows(std::span<float>(row, P));
+      }
+    }
+  }
+  // 2-6 per (sequence, head), in parallel: l2 norms, the decay gate, beta, the delta rule over
+  // the sequence's tokens, the per-head RMSNorm and the output gate. Each pair owns its state
+  // and its output columns, so the order does not matter.
+  const std::size_t pairs = batch.size() * kda_heads;
+  oneapi::tbb::parallel_for(std::size_t{0}, pairs, [&](std::size_t pair) {
+    const std::size_t i = pair / kda_heads, h = pair % kda_heads;
+    Slot& s = slots[static_cast<std::size_t>(batch[i].slot)];
+    const std::size_t n = br.count[i], off = br.offset[i];
+    KdaHead head;
+    head.resize(n, D);
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::size_t t = off + j;
+      float* qh = &head.q[j * D];
+      float* kh = &head.k[j * D];
+      std::copy_n(&q[t * P + h * D], D, qh);
+      std::copy_n(&k[t * P + h * D], D, kh);
+      std::copy_n(&v[t * P + h * D], D, &head.v[j * D]);
+      l2_norm(qh, D, kL2Eps);
+      l2_norm(kh, D, kL2Eps);
+      for (std::size_t d = 0; d < D; ++d) {
+        qh[d] *= q_scale;
+        const std::size_t ch = h * D + d;
+        head.g[j * D + d] = lower * decay_gate[t * P + ch];
+      }
+      head.beta[j] = b[t * kda_heads + h];
+    }
+    float* S = &s.kda[static_cast<std::size_t>(w.state_index)][h * D * D];
+    if (n > 1 && opt.kda_chunk > 0) {
+      kda_chunked(head, S, opt.kda_chunk, lower);
+    } else {
+      kda_recurrent(head, S);
+    }
+    // 6. RMSNorm per head (o_norm, the decoder eps), then the sigmoid output gate.
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::size_t t = off + j;
+      float* dst = &o[t * P + h * D];
+      rms_norm(&head.o[j * D], 1, D, w.o_norm, c.rms_norm_eps, dst);
+      for (std::size_t d = 0; d < D; ++d) dst[d] *= gate[t * P + h * D + d];
+    }
+  });
+  out.assign(T * H, 0.0f);
+  w.o.apply(o, T, out);
+  if (layout.attn_tp() > 1) dist::allreduce_sum_ordered(groups.attn_tp(), std::span<float>(out));
+}
+
+// SiTU-GLU over this rank's intermediate slice, reduced over `group`. Over TP under DP
+// attention the rows of every DP group are gathered first (each group brings its own batch).
+
+}  // namespace k3::model::engine

@@ -1,0 +1,126 @@
+// The vocabulary-parallel LM head and sampling (the DP LM head reduces (value, id) pairs).
+#include "model/engine/engine_impl.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include <oneapi/tbb/parallel_for.h>
+
+#include "common/error.h"
+#include "dist/collectives.h"
+#include "model/engine/kda.h"
+#include "model/engine/ops.h"
+#include "model/engine/sampling.h"
+#include "quant/gemm_f32.h"
+#include "quant/reference.h"
+
+namespace k3::model::engine {
+
+using namespace detail;
+
+void Engine::Impl::lm_head_outputs(const Rows& hidden, std::span<const StepSequence> batch,
+                                   const std::vector<std::size_t>& row_seq,
+                                   const std::vector<std::size_t>& row_pos, StepResult& result) {
+  const dist::GroupKind group = layout.lm_head_group();
+  const dist::Comm& comm = comm_over(group);
+  const std::size_t n = row_seq.size();
+
+  // Per row: temperature (its bits), seed, position, and whether its sequence wants full logits;
+  // gathered with the rows, so every rank of the LM-head group knows them without another
+  // collective.
+  constexpr std::size_t kKeys = 4;
+  std::vector<std::uint64_t> keys(n * kKeys);
+  for (std::size_t r = 0; r < n; ++r) {
+    const Sampling& s = batch[row_seq[r]].sampling;
+    keys[r * kKeys] = std::bit_cast<std::uint32_t>(s.temperature);
+    // Sampling has always drawn its noise from the seed's low 52 bits (they once travelled as a
+    // double); kept, so a sampled run reproduces its tokens across versions.
+    keys[r * kKeys + 1] = s.seed & ((std::uint64_t{1} << 52) - 1);
+    keys[r * kKeys + 2] = row_pos[r];
+    keys[r * kKeys + 3] = batch[row_seq[r]].output == StepSequence::Output::kAllLogits ? 1 : 0;
+  }
+  const Gathered in = rows_over(group, hidden, n, H);
+  std::vector<std::uint64_t> all_keys = keys;
+  if (gathers_over_tp(group)) {
+    const std::span<const std::uint64_t> mine = me.attn_tp_rank == 0
+                                                    ? std::span<const std::uint64_t>(keys)
+                                                    : std::span<const std::uint64_t>();
+    all_keys = dist::allgatherv(groups.tp(), mine).data;
+  }
+  const std::size_t VL = lm_head.rows();
+  const std::size_t V = static_cast<std::size_t>(c.vocab_size);
+  Rows logits(in.total * VL);
+  lm_head.apply(in.rows, in.total, logits);
+
+  std::vector<float> best(in.total);
+  std::vector<std::int32_t> best_id(in.total);
+  for (std::size_t r = 0; r < in.total; ++r) {
+    const double temperature =
+        std::bit_cast<float>(static_cast<std::uint32_t>(all_keys[r * kKeys]));
+    const std::uint64_t seed = all_keys[r * kKeys + 1];
+    const std::uint64_t pos = all_keys[r * kKeys + 2];
+    const float* row = &logits[r * VL];
+    float top = -std::numeric_limits<float>::infinity();
+    std::int32_t arg = static_cast<std::int32_t>(lm_begin);
+    for (std::size_t i = 0; i < VL; ++i) {
+      float value = row[i];
+      if (!std::isfinite(value)) {
+        if (r >= in.mine && r < in.mine + n) ++result.nonfinite_logits;
+        continue;
+      }
+      if (temperature > 0) {
+        value =
+            static_cast<float>(value / temperature +
+                               gumbel_noise(seed, pos, static_cast<std::uint64_t>(lm_begin + i)));
+      }
+      if (value > top) {
+        top = value;
+        arg = static_cast<std::int32_t>(lm_begin + i);
+      }
+    }
+    best[r] = top;
+    best_id[r] = arg;
+  }
+  if (comm.size() > 1)
+    dist::allreduce_maxloc(comm, std::span<float>(best), std::span<std::int32_t>(best_id));
+
+  result.next.assign(batch.size(), -1);
+  for (std::size_t r = 0; r < n; ++r) result.next[row_seq[r]] = best_id[in.mine + r];
+
+  // Full logits for the debug surface: every shard's columns, reassembled.
+  // Every member of the group holds the same keys (one batch, or the gathered rows).
+  bool gather_logits = false;
+  for (std::size_t r = 0; r < in.total; ++r)
+    gather_logits = gather_logits || all_keys[r * kKeys + 3] != 0;
+  if (!gather_logits) return;
+  Rows full;
+  if (comm.size() > 1) {
+    const auto shards = dist::allgatherv(comm, std::span<const float>(logits));
+    full.assign(in.total * V, 0.0f);
+    for (std::size_t m = 0; m < static_cast<std::size_t>(comm.size()); ++m) {
+      const std::size_t cols =
+          static_cast<std::size_t>(shards.counts[m]) / std::max<std::size_t>(in.total, 1);
+      const std::size_t begin = cols * m;  // equal vocabulary shards in rank order
+      for (std::size_t r = 0; r < in.total; ++r)
+        std::copy_n(&shards.data[static_cast<std::size_t>(shards.displs[m]) + r * cols], cols,
+                    &full[r * V + begin]);
+    }
+  } else {
+    full = std::move(logits);
+  }
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].output != StepSequence::Output::kAllLogits) continue;
+    std::vector<float> rows;
+    for (std::size_t r = 0; r < n; ++r) {
+      if (row_seq[r] != i) continue;
+      rows.insert(rows.end(), full.begin() + static_cast<std::ptrdiff_t>((in.mine + r) * V),
+                  full.begin() + static_cast<std::ptrdiff_t>((in.mine + r + 1) * V));
+    }
+    result.logits.push_back(std::move(rows));
+  }
+}
+
+}  // namespace k3::model::engine
