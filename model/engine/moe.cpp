@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -62,13 +63,18 @@ void Engine::Impl::moe(const Moe& w, const Rows& x, std::size_t n, Rows& out) {
                 std::span<Route>(routes).subspan(i * ku, ku));
   }
 
-  // Dispatch: one record per (token, destination rank): k expert ids (-1: not for this rank),
-  // k weights, then the latent. Expert ids are small integers, exact in a float.
-  const std::size_t rec = 2 * ku + LT;
+  // Dispatch: one record per (token, destination rank), as bytes: k int32 expert ids (-1: not
+  // for this rank), k float weights, then the latent.
+  const std::size_t ids_bytes = ku * sizeof(std::int32_t);
+  const std::size_t weights_bytes = ku * sizeof(float);
+  const std::size_t latent_at = ids_bytes + weights_bytes;
+  const std::size_t rec = latent_at + LT * sizeof(float);
   const dist::Comm& tp = groups.tp();
   const std::size_t nr = static_cast<std::size_t>(tp.size());
-  std::vector<std::vector<float>> per_dest(nr);
+  std::vector<std::vector<char>> per_dest(nr);
   std::vector<std::vector<std::size_t>> sent_token(nr);
+  std::vector<std::int32_t> ids(ku);
+  std::vector<float> weights(ku);
   for (std::size_t i = 0; i < ns; ++i) {
     std::vector<std::size_t> owners;
     for (std::size_t r = 0; r < ku; ++r) {
@@ -78,28 +84,30 @@ void Engine::Impl::moe(const Moe& w, const Rows& x, std::size_t n, Rows& out) {
     }
     std::sort(owners.begin(), owners.end());
     for (std::size_t owner : owners) {
+      for (std::size_t r = 0; r < ku; ++r) {
+        const Route& route = routes[i * ku + r];
+        const bool here = static_cast<std::size_t>(route.expert) / experts_per_owner == owner;
+        ids[r] = here ? static_cast<std::int32_t>(route.expert) : -1;
+        weights[r] = here ? route.weight : 0.0f;
+      }
       for (int dest : owner_ranks[owner]) {
         auto& buf = per_dest[static_cast<std::size_t>(dest)];
         const std::size_t at = buf.size();
-        buf.resize(at + rec, 0.0f);
-        for (std::size_t r = 0; r < ku; ++r) {
-          const Route& route = routes[i * ku + r];
-          const bool here = static_cast<std::size_t>(route.expert) / experts_per_owner == owner;
-          buf[at + r] = here ? static_cast<float>(route.expert) : -1.0f;
-          buf[at + ku + r] = here ? route.weight : 0.0f;
-        }
-        std::copy_n(&z[i * LT], LT, &buf[at + 2 * ku]);
+        buf.resize(at + rec);
+        std::memcpy(&buf[at], ids.data(), ids_bytes);
+        std::memcpy(&buf[at + ids_bytes], weights.data(), weights_bytes);
+        std::memcpy(&buf[at + latent_at], &z[i * LT], LT * sizeof(float));
         sent_token[static_cast<std::size_t>(dest)].push_back(i);
       }
     }
   }
-  std::vector<float> send;
+  std::vector<char> send;
   std::vector<int> counts(nr);
   for (std::size_t d = 0; d < nr; ++d) {
     counts[d] = dist::checked_count(per_dest[d].size(), "MoE dispatch");
     send.insert(send.end(), per_dest[d].begin(), per_dest[d].end());
   }
-  const auto recv = dist::alltoallv(tp, std::span<const float>(send), counts);
+  const auto recv = dist::alltoallv(tp, std::span<const char>(send), counts);
 
   // The owner side: group the received (record, weight) pairs by local expert, run each expert
   // once over its rows, and accumulate the weighted outputs per record.
@@ -107,13 +115,14 @@ void Engine::Impl::moe(const Moe& w, const Rows& x, std::size_t n, Rows& out) {
   const std::size_t local = w.w1.size();
   std::vector<std::vector<std::pair<std::size_t, float>>> by_expert(local);
   for (std::size_t r = 0; r < nrec; ++r) {
-    const float* hdr = &recv.data[r * rec];
+    std::memcpy(ids.data(), &recv.data[r * rec], ids_bytes);
+    std::memcpy(weights.data(), &recv.data[r * rec + ids_bytes], weights_bytes);
     for (std::size_t j = 0; j < ku; ++j) {
-      if (hdr[j] < 0) continue;
-      const auto e = static_cast<std::size_t>(hdr[j]) - static_cast<std::size_t>(w.expert_begin);
-      if (e >= local)
-        throw InternalError("MoE dispatch: expert " + std::to_string(hdr[j]) + " is not local");
-      by_expert[e].emplace_back(r, hdr[ku + j]);
+      if (ids[j] < 0) continue;
+      const std::int64_t e = std::int64_t{ids[j]} - w.expert_begin;
+      if (e < 0 || static_cast<std::size_t>(e) >= local)
+        throw InternalError("MoE dispatch: expert " + std::to_string(ids[j]) + " is not local");
+      by_expert[static_cast<std::size_t>(e)].emplace_back(r, weights[j]);
     }
   }
   // Local experts in parallel, each into its own output rows; a record that chose several of
@@ -130,7 +139,7 @@ void Engine::Impl::moe(const Moe& w, const Rows& x, std::size_t n, Rows& out) {
     const std::size_t I = w.w1[e].rows();
     zin.resize(m * LT);
     for (std::size_t i = 0; i < m; ++i)
-      std::copy_n(&recv.data[rows[i].first * rec + 2 * ku], LT, &zin[i * LT]);
+      std::memcpy(&zin[i * LT], &recv.data[rows[i].first * rec + latent_at], LT * sizeof(float));
     g.resize(m * I);
     u.resize(m * I);
     d.resize(m * LT);
@@ -151,7 +160,7 @@ void Engine::Impl::moe(const Moe& w, const Rows& x, std::size_t n, Rows& out) {
   }
   std::vector<int> back_counts(nr);
   for (std::size_t s = 0; s < nr; ++s)
-    back_counts[s] = recv.counts[s] / static_cast<int>(rec) * static_cast<int>(LT);
+    back_counts[s] = recv.counts[s] / static_cast<int>(rec) * static_cast<int>(LT);  // records
   // Each rank gets back one latent row per record it sent: the receive counts are known.
   std::vector<int> returned_counts(nr);
   for (std::size_t s = 0; s < nr; ++s)
