@@ -519,18 +519,7 @@ K3_AVX2 void repacked_tile(const MatrixView& w, size_t r0, size_t nr, const ActV
 KernelTable make_table() {
   KernelTable t;
   auto set = [&t](Type type, RowKernel k) { t.row[static_cast<size_t>(type)] = k; };
-  set(Type::kF32, rows_by_count<[]<int NA>(auto&&... x) { row_float_n<Type::kF32, NA>(x...); }>);
-  set(Type::kF16, rows_by_count<[]<int NA>(auto&&... x) { row_float_n<Type::kF16, NA>(x...); }>);
-  set(Type::kBF16, rows_by_count<[]<int NA>(auto&&... x) { row_float_n<Type::kBF16, NA>(x...); }>);
-  set(Type::kQ8_0, rows_by_count<[]<int NA>(auto&&... x) { row_q8_n<Q8_0D, NA>(x...); }>);
-  set(Type::kQ4_0, rows_by_count<[]<int NA>(auto&&... x) { row_q8_n<Q4_0D, NA>(x...); }>);
-  set(Type::kMXFP4, rows_by_count<[]<int NA>(auto&&... x) { row_q8_n<Mxfp4D, NA>(x...); }>);
-  set(Type::kMXFP4Packed,
-      rows_by_count<[]<int NA>(auto&&... x) { row_q8_n<Mxfp4PackedD, NA>(x...); }>);
-  set(Type::kModelSlimInt8, rows_by_count<[]<int NA>(auto&&... x) { row_ms_int8_n<NA>(x...); }>);
-  set(Type::kModelSlimInt4, rows_by_count<[]<int NA>(auto&&... x) { row_ms_int4_n<NA>(x...); }>);
-  set(Type::kQ2_K, rows_by_count<[]<int NA>(auto&&... x) { row_q2_k_n<NA>(x...); }>);
-  set(Type::kQ3_K, rows_by_count<[]<int NA>(auto&&... x) { row_q3_k_n<NA>(x...); }>);
+#include "quant/kernel_rows.inc"
   t.repacked[static_cast<size_t>(Type::kQ8_0)] = repacked_tile<Type::kQ8_0>;
   t.repacked[static_cast<size_t>(Type::kQ4_0)] = repacked_tile<Type::kQ4_0>;
   t.repacked[static_cast<size_t>(Type::kMXFP4)] = repacked_tile<Type::kMXFP4>;

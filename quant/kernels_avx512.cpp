@@ -1286,18 +1286,7 @@ K3_512 void row_q3_k_n(const MatrixView& w, size_t row, const ActView& a, size_t
 KernelTable make_table() {
   KernelTable t;
   auto set = [&t](Type type, RowKernel k) { t.row[static_cast<size_t>(type)] = k; };
-  set(Type::kF32, rows_by_count<[]<int NA>(auto&&... x) { row_float_n<Type::kF32, NA>(x...); }>);
-  set(Type::kF16, rows_by_count<[]<int NA>(auto&&... x) { row_float_n<Type::kF16, NA>(x...); }>);
-  set(Type::kBF16, rows_by_count<[]<int NA>(auto&&... x) { row_float_n<Type::kBF16, NA>(x...); }>);
-  set(Type::kQ8_0, rows_by_count<[]<int NA>(auto&&... x) { row_q8_n<Q8_0D, NA>(x...); }>);
-  set(Type::kQ4_0, rows_by_count<[]<int NA>(auto&&... x) { row_q8_n<Q4_0D, NA>(x...); }>);
-  set(Type::kMXFP4, rows_by_count<[]<int NA>(auto&&... x) { row_q8_n<Mxfp4D, NA>(x...); }>);
-  set(Type::kMXFP4Packed,
-      rows_by_count<[]<int NA>(auto&&... x) { row_q8_n<Mxfp4PackedD, NA>(x...); }>);
-  set(Type::kModelSlimInt8, rows_by_count<[]<int NA>(auto&&... x) { row_ms_int8_n<NA>(x...); }>);
-  set(Type::kModelSlimInt4, rows_by_count<[]<int NA>(auto&&... x) { row_ms_int4_n<NA>(x...); }>);
-  set(Type::kQ2_K, rows_by_count<[]<int NA>(auto&&... x) { row_q2_k_n<NA>(x...); }>);
-  set(Type::kQ3_K, rows_by_count<[]<int NA>(auto&&... x) { row_q3_k_n<NA>(x...); }>);
+#include "quant/kernel_rows.inc"
   t.tile[static_cast<size_t>(Type::kF32)] = float_tile<Type::kF32>;
   t.tile[static_cast<size_t>(Type::kF16)] = float_tile<Type::kF16>;
   t.tile[static_cast<size_t>(Type::kBF16)] = float_tile<Type::kBF16>;

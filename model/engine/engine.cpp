@@ -1,21 +1,11 @@
 #include "model/engine/engine.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <string>
 
-#include <mpi.h>
-#include <oneapi/tbb/parallel_for.h>
-
-#include "dist/collectives.h"
-#include "model/engine/engine_impl.h"
-#include "model/engine/kda.h"
-#include "model/engine/linear.h"
-#include "model/engine/ops.h"
-#include "model/engine/sampling.h"
 #include "common/error.h"
-#include "quant/gemm_f32.h"
+#include "model/engine/engine_impl.h"
+#include "model/engine/ops.h"
 #include "quant/reference.h"
 
 namespace k3::model::engine {

@@ -3,16 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <string>
 
 #include <oneapi/tbb/parallel_for.h>
 
-#include "common/error.h"
 #include "dist/collectives.h"
-#include "model/engine/kda.h"
 #include "model/engine/ops.h"
-#include "model/engine/sampling.h"
 #include "quant/gemm_f32.h"
 #include "quant/reference.h"
 

@@ -2,20 +2,14 @@
 #include "model/engine/engine_impl.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <limits>
 #include <string>
 
 #include <oneapi/tbb/parallel_for.h>
 
 #include "common/error.h"
 #include "dist/collectives.h"
-#include "model/engine/kda.h"
 #include "model/engine/ops.h"
-#include "model/engine/sampling.h"
-#include "quant/gemm_f32.h"
-#include "quant/reference.h"
 
 namespace k3::model::engine {
 

@@ -2,19 +2,9 @@
 // the DP groups' rows over TP under DP attention.
 #include "model/engine/engine_impl.h"
 
-#include <algorithm>
-#include <cmath>
-#include <limits>
-#include <string>
+#include <span>
 
-#include <oneapi/tbb/parallel_for.h>
-
-#include "common/error.h"
 #include "dist/collectives.h"
-#include "model/engine/kda.h"
-#include "model/engine/ops.h"
-#include "model/engine/sampling.h"
-#include "quant/gemm_f32.h"
 #include "quant/reference.h"
 
 namespace k3::model::engine {
