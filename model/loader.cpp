@@ -13,7 +13,7 @@
 
 #include "model/file.h"
 #include "common/error.h"
-#include "quant/fp.h"
+#include "quant/types.h"
 
 namespace k3::model {
 
@@ -21,25 +21,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A float side tensor (norms, scales, biases: F32, F16 or BF16) decoded through quant's traits.
 std::vector<float> to_floats(DType dtype, std::span<const std::uint8_t> bytes,
                              const std::string& what) {
-  std::vector<float> out;
-  switch (dtype) {
-    case DType::kF32:
-      out.resize(bytes.size() / 4);
-      std::memcpy(out.data(), bytes.data(), out.size() * 4);
-      break;
-    case DType::kBF16:
-    case DType::kF16:
-      out.resize(bytes.size() / 2);
-      for (std::size_t i = 0; i < out.size(); ++i) {
-        const std::uint16_t h = quant::load_u16(bytes.data() + 2 * i);
-        out[i] = dtype == DType::kBF16 ? quant::bf16_to_f32(h) : quant::fp16_to_f32(h);
-      }
-      break;
-    default:
-      throw InternalError(what + ": cannot read " + std::string(dtype_name(dtype)) + " as floats");
+  const std::optional<quant::Type> type = quant_type_of(dtype);
+  const quant::TypeTraits* t = type ? &quant::traits(*type) : nullptr;
+  if (t == nullptr || t->block_elems != 1 || t->to_float == nullptr) {
+    throw InternalError(what + ": cannot read " + std::string(dtype_name(dtype)) + " as floats");
   }
+  std::vector<float> out(bytes.size() / t->block_bytes);
+  if (!out.empty()) t->to_float(bytes.data(), out.data(), out.size());
   return out;
 }
 

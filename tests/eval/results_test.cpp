@@ -76,7 +76,8 @@ TEST(Results, CompletionTokensAgreeWithTokenIdsAndFinishReason) {
 
 TEST(Results, BinaryRecordsRoundTripAndAShortOneIsAnError) {
   QuestionResult odd = make(7);
-  odd.output_text = std::string("raw \xff bytes\0kept", 18);
+  const char raw[] = "raw \xff bytes\0kept";  // an invalid byte and a NUL travel as they are
+  odd.output_text = std::string(raw, sizeof raw - 1);
   odd.finish_reason = "";
   odd.latency_s = 0.1 + 0.2;  // travels bit for bit
   WireWriter out;
