@@ -36,10 +36,6 @@ std::size_t scan_rank_logs(const fs::path& artifacts, std::FILE* out) {
   return errors;
 }
 
-int exit_code_of(RunStatus status) {
-  return status == RunStatus::kOk ? 0 : status == RunStatus::kRegression ? 1 : 2;
-}
-
 void print_status(std::FILE* out, RunStatus status) {
   std::fprintf(out, "Status: %s\n", std::string(status_word(status)).c_str());
   std::fflush(out);

@@ -1,11 +1,8 @@
 #include "eval/history_file.h"
 
 #include <hdf5.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstddef>
-#include <cstring>
 #include <ctime>
 
 #include "common/error.h"

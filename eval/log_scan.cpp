@@ -30,6 +30,7 @@ const Regex& time_of_day() {
 }
 
 std::string strip_colour(std::string_view text) {
+  if (text.find('\x1b') == std::string_view::npos) return std::string(text);
   std::string out;
   out.reserve(text.size());
   std::size_t at = 0;
@@ -44,6 +45,7 @@ std::string strip_colour(std::string_view text) {
 // The level of an spdlog line ("" for another level), or nullopt if it is not an spdlog line:
 // one whose leading bracketed fields start with a time.
 std::optional<std::string_view> spdlog_level(std::string_view line) {
+  if (!line.starts_with('[')) return std::nullopt;
   Regex::Matcher field(leading_field());
   std::size_t at = 0;
   bool first = true;

@@ -40,6 +40,12 @@ RunStatus status_of(const std::optional<Verdict>& verdict) {
   return verdict && !verdict->pass ? RunStatus::kRegression : RunStatus::kOk;
 }
 
+int exit_code_of(RunStatus status) {
+  return static_cast<int>(status == RunStatus::kOk           ? ExitCode::kOk
+                          : status == RunStatus::kRegression ? ExitCode::kRegression
+                                                             : ExitCode::kInput);
+}
+
 void write_status(const std::filesystem::path& path, RunStatus status, const std::string& detail) {
   std::string text = std::string(status_word(status)) + "\n";
   if (!detail.empty()) text += detail + "\n";

@@ -30,6 +30,8 @@ enum class RunStatus { kOk, kRegression, kError, kRunning, kFailed };
 // "ok", "regression", "error", "running", "failed"
 std::string_view status_word(RunStatus status);
 RunStatus status_of(const std::optional<Verdict>& verdict);  // no baseline: ok
+// The process exit code of a finished run: ok 0, regression 1, error 2.
+int exit_code_of(RunStatus status);
 
 // The status file: the word and a newline, then `detail` as a second line if given; written
 // atomically.

@@ -122,13 +122,12 @@ struct Engine::Impl {
                        const std::vector<std::size_t>& row_seq,
                        const std::vector<std::size_t>& row_pos, StepResult& result);
 
-  // Rows of every DP group of this TP group (contributed by each group's first attention-TP
-  // rank), with this group's rows at [mine, mine + n).
+  // The rows a block works on: this group's own, or every DP group's of this TP group (each
+  // contributed by its first attention-TP rank); this group's rows at [mine, mine + n).
   struct Gathered {
     Rows rows;
     std::size_t total = 0, mine = 0;
   };
-  Gathered gather_over_tp(const Rows& x, std::size_t n, std::size_t width) const;
   bool tp_is_attn_tp() const { return layout.tp() == layout.attn_tp(); }
 
   // A block split over `group` (the dense MLP, the shared experts, the LM head): over TP under

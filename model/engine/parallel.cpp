@@ -24,15 +24,16 @@ void Engine::Impl::embed_tokens(std::span<const std::int32_t> ids, Rows& h) cons
   if (layout.attn_tp() > 1) dist::allreduce_sum_ordered(groups.attn_tp(), std::span<float>(h));
 }
 
-Engine::Impl::Gathered Engine::Impl::gather_over_tp(const Rows& x, std::size_t n,
-                                                    std::size_t width) const {
+Engine::Impl::Gathered Engine::Impl::rows_over(dist::GroupKind group, const Rows& x, std::size_t n,
+                                               std::size_t width) const {
   Gathered g;
-  if (tp_is_attn_tp()) {
+  if (!gathers_over_tp(group)) {
     g.rows = x;
     g.rows.resize(n * width);
     g.total = n;
     return g;
   }
+  // Each DP group's rows, contributed by its first attention-TP rank.
   const std::span<const float> mine =
       me.attn_tp_rank == 0 ? std::span<const float>(x).first(n * width) : std::span<const float>();
   auto all = dist::allgatherv(groups.tp(), mine);
@@ -40,16 +41,6 @@ Engine::Impl::Gathered Engine::Impl::gather_over_tp(const Rows& x, std::size_t n
   g.total = all.data.size() / width;
   g.rows = std::move(all.data);
   return g;
-}
-
-Engine::Impl::Gathered Engine::Impl::rows_over(dist::GroupKind group, const Rows& x, std::size_t n,
-                                               std::size_t width) const {
-  if (gathers_over_tp(group)) return gather_over_tp(x, n, width);
-  Gathered own;
-  own.rows = x;
-  own.rows.resize(n * width);
-  own.total = n;
-  return own;
 }
 
 const dist::Comm& Engine::Impl::comm_over(dist::GroupKind group) const {
