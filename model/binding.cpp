@@ -11,6 +11,40 @@
 
 namespace k3::model {
 
+std::string_view part_role_name(PartRole role) {
+  switch (role) {
+    case PartRole::kWeight:
+      return "weight";
+    case PartRole::kPacked:
+      return "packed";
+    case PartRole::kE8m0:
+      return "e8m0";
+    case PartRole::kScale:
+      return "scale";
+    case PartRole::kOffset:
+      return "offset";
+    case PartRole::kGroupScale:
+      return "group_scale";
+    case PartRole::kGroupOffset:
+      return "group_offset";
+    case PartRole::kSplitK:
+      return "k_b";
+    case PartRole::kSplitV:
+      return "v_b";
+    case PartRole::kScore:
+      return "score";
+    case PartRole::kScoreNorm:
+      return "norm";
+    case PartRole::kScoreProj:
+      return "proj";
+    case PartRole::kSsmA:
+      return "ssm_a";
+    case PartRole::kALog:
+      return "a_log";
+  }
+  return "?";
+}
+
 namespace {
 
 // Logical (official release) names to llama.cpp's kimi-k3 GGUF names.
@@ -102,7 +136,7 @@ class Binder {
     }
     for (const StoredPart& p : b.parts) {
       if (p.stored.size() != p.tensors.size())
-        throw InternalError("binding " + b.spec.name + ": part " + p.role + " is not resolved");
+        throw InternalError("binding " + b.spec.name + ": part " + std::string(part_role_name(p.role)) + " is not resolved");
     }
     return b;
   }
@@ -133,7 +167,7 @@ class Binder {
     return t;
   }
 
-  StoredPart part(const std::string& role, const StoredTensor& t) {
+  StoredPart part(PartRole role, const StoredTensor& t) {
     StoredPart p;
     p.role = role;
     p.tensors = {t.entry.name};
@@ -157,7 +191,7 @@ class Binder {
   void bind_vector(Binding& b) {
     const std::string name = stored_name(b.spec.name);
     if (const StoredTensor* t = need(name, b.spec.shape, "")) {
-      b.parts.push_back(part("weight", *t));
+      b.parts.push_back(part(PartRole::kWeight, *t));
       dense(b, b.repr, t->entry.dtype, name);
     }
   }
@@ -173,7 +207,7 @@ class Binder {
     if (b.repr.answer) {
       const std::string name = stored_name(b.spec.name);
       if (const StoredTensor* t = need(name, {H}, "")) {
-        b.parts.push_back(part("score", *t));
+        b.parts.push_back(part(PartRole::kScore, *t));
         dense(b, b.repr, t->entry.dtype, name);
         b.repr.text = "score stored folded (" + std::string(dtype_name(t->entry.dtype)) + ")";
       }
@@ -187,8 +221,8 @@ class Binder {
     const StoredTensor* n = need(norm, {H}, "");
     const StoredTensor* p = need(proj, {1, H}, "");
     if (!n || !p) return;
-    b.parts.push_back(part("norm", *n));
-    b.parts.push_back(part("proj", *p));
+    b.parts.push_back(part(PartRole::kScoreNorm, *n));
+    b.parts.push_back(part(PartRole::kScoreProj, *p));
     dense(b, b.repr, n->entry.dtype, norm);
     dense(b, b.repr, p->entry.dtype, proj);
     b.repr.type = quant::Type::kF32;
@@ -201,7 +235,7 @@ class Binder {
     if (b.repr.answer) {
       const std::string name = stored_name(b.spec.name);
       if (const StoredTensor* t = need(name, {heads}, "")) {
-        b.parts.push_back(part("ssm_a", *t));
+        b.parts.push_back(part(PartRole::kSsmA, *t));
         dense(b, b.repr, t->entry.dtype, name);
         b.repr.type = quant::Type::kF32;
         b.repr.text = "exp(A_log) = -ssm_a";
@@ -222,7 +256,7 @@ class Binder {
               ", expected [>= " + std::to_string(heads) + "] (one value per KDA head)");
       return;
     }
-    StoredPart p = part("a_log", *t);
+    StoredPart p = part(PartRole::kALog, *t);
     b.parts.push_back(p);
     dense(b, b.repr, t->entry.dtype, name);
     b.repr.type = quant::Type::kF32;
@@ -243,7 +277,7 @@ class Binder {
                 ", expected a float or ggml block type");
         return;
       }
-      b.parts.push_back(part("weight", *t));
+      b.parts.push_back(part(PartRole::kWeight, *t));
       r.type = *q;
       r.text = std::string(dtype_name(t->entry.dtype)) + " (ggml)";
       return;
@@ -255,7 +289,7 @@ class Binder {
     }
     const StoredTensor* t = need(name, shape, "");
     if (!t) return;
-    b.parts.push_back(part("weight", *t));
+    b.parts.push_back(part(PartRole::kWeight, *t));
     dense(b, r, t->entry.dtype, name);
   }
 
@@ -276,7 +310,7 @@ class Binder {
     const std::string base = name.substr(0, name.size() - std::string(".weight").size());
     const std::int64_t N = shape[0], K = shape[1];
     std::vector<std::pair<StoredPart, bool>> wanted;  // part, and whether it must exist
-    auto want = [&](const std::string& role, const std::string& tensor, DType expected_dtype_hint,
+    auto want = [&](PartRole role, const std::string& tensor, DType expected_dtype_hint,
                     std::vector<std::int64_t> s, std::int64_t row_div, std::int64_t col_div,
                     bool whole, bool required) {
       StoredPart p;
@@ -290,11 +324,11 @@ class Binder {
       wanted.emplace_back(std::move(p), required);
     };
     if (is_float_scheme) {
-      want("weight", name, DType::kBF16, {N, K}, 1, 1, false, true);
+      want(PartRole::kWeight, name, DType::kBF16, {N, K}, 1, 1, false, true);
     } else if (!is_int4) {  // W8A8, W8A8_DYNAMIC
-      want("weight", name, DType::kI8, {N, K}, 1, 1, false, true);
-      want("scale", base + ".weight_scale", DType::kF32, {N, 1}, 1, 1, true, true);
-      want("offset", base + ".weight_offset", DType::kF32, {N, 1}, 1, 1, true, false);
+      want(PartRole::kWeight, name, DType::kI8, {N, K}, 1, 1, false, true);
+      want(PartRole::kScale, base + ".weight_scale", DType::kF32, {N, 1}, 1, 1, true, true);
+      want(PartRole::kOffset, base + ".weight_offset", DType::kF32, {N, 1}, 1, 1, true, false);
     } else {                                          // W4A8_DYNAMIC
       const bool packed_rows = d.version == "1.0.0";  // two int4 per byte along the output dim
       if (packed_rows && N % 2 != 0) {
@@ -302,19 +336,19 @@ class Binder {
                 " output rows; W4A8 version 1.0.0 packs them in pairs");
         return;
       }
-      want("weight", name, DType::kI8, {packed_rows ? N / 2 : N, K}, packed_rows ? 2 : 1, 1, false,
+      want(PartRole::kWeight, name, DType::kI8, {packed_rows ? N / 2 : N, K}, packed_rows ? 2 : 1, 1, false,
            true);
-      want("scale", base + ".weight_scale", DType::kF32, {N, 1}, 1, 1, true, true);
-      want("offset", base + ".weight_offset", DType::kF32, {N, 1}, 1, 1, true, false);
+      want(PartRole::kScale, base + ".weight_scale", DType::kF32, {N, 1}, 1, 1, true, true);
+      want(PartRole::kOffset, base + ".weight_offset", DType::kF32, {N, 1}, 1, 1, true, false);
       if (d.group_size > 0) {
         if (K % d.group_size != 0) {
           problem("'" + name + "' has " + std::to_string(K) +
                   " columns, not a multiple of group_size " + std::to_string(d.group_size));
           return;
         }
-        want("group_scale", base + ".weight_scale_second", DType::kF32, {N, K / d.group_size}, 1,
+        want(PartRole::kGroupScale, base + ".weight_scale_second", DType::kF32, {N, K / d.group_size}, 1,
              d.group_size, false, true);
-        want("group_offset", base + ".weight_offset_second", DType::kF32, {N, K / d.group_size}, 1,
+        want(PartRole::kGroupOffset, base + ".weight_offset_second", DType::kF32, {N, K / d.group_size}, 1,
              d.group_size, false, false);
       }
     }
@@ -335,7 +369,7 @@ class Binder {
         continue;
       }
       const DType dt = t->entry.dtype;
-      const bool weight_int = p.role == "weight" && !is_float_scheme;
+      const bool weight_int = p.role == PartRole::kWeight && !is_float_scheme;
       if (weight_int ? dt != DType::kI8 : !is_float(dt)) {
         problem("tensor '" + tensor + "' is " + std::string(dtype_name(dt)) +
                 ", but quant_model_description.json says " + scheme + " (expected " +
@@ -346,7 +380,7 @@ class Binder {
       p.stored = {t};
       if (expert) {
         auto it = std::find_if(b.parts.begin(), b.parts.end(),
-                               [&role = p.role](const StoredPart& q) { return q.role == role; });
+                               [role = p.role](const StoredPart& q) { return q.role == role; });
         if (it != b.parts.end()) {
           it->tensors.push_back(tensor);
           it->stored.push_back(t);
@@ -395,9 +429,9 @@ class Binder {
         problem("capability split_gguf_kv_b: MLA V projection '" + vb->entry.name +
                 "' must remain GGUF Q2_K, got " + std::string(dtype_name(vb->entry.dtype)));
       }
-      StoredPart kp = part("k_b", *k);
+      StoredPart kp = part(PartRole::kSplitK, *k);
       kp.row_div = nope + v;  // logical kv_b rows of one head map to one stored head
-      StoredPart vp = part("v_b", *vb);
+      StoredPart vp = part(PartRole::kSplitV, *vb);
       vp.row_div = nope + v;
       b.parts.push_back(kp);
       b.parts.push_back(vp);
@@ -420,7 +454,7 @@ class Binder {
                 "; Kimi-K3's ModelSlim kv_b_proj must be a dense FLOAT tensor");
       }
     }
-    b.parts.push_back(part("weight", *t));
+    b.parts.push_back(part(PartRole::kWeight, *t));
     dense(b, b.repr, t->entry.dtype, name);
     b.repr.text = "dense kv_b_proj " + std::string(dtype_name(t->entry.dtype));
   }
@@ -434,7 +468,7 @@ class Binder {
     } else {
       const StoredTensor* t = need(name, b.spec.shape, "");
       if (!t) return;
-      b.parts.push_back(part("weight", *t));
+      b.parts.push_back(part(PartRole::kWeight, *t));
       if (!is_float(t->entry.dtype)) {
         problem("capability quantized_latent_projections is false for format " +
                 std::string(fmt_.name()) + ": '" + name + "' must be dense F32, F16 or BF16, got " +
@@ -463,8 +497,8 @@ class Binder {
                 " input columns are not a multiple of the MXFP4 group of 32");
         return;
       }
-      StoredPart packed{"packed", {}, DType::kU8, {out, in / 2}, 1, 2, false, {}};
-      StoredPart scale{"e8m0", {}, DType::kU8, {out, in / 32}, 1, 32, false, {}};
+      StoredPart packed{PartRole::kPacked, {}, DType::kU8, {out, in / 2}, 1, 2, false, {}};
+      StoredPart scale{PartRole::kE8m0, {}, DType::kU8, {out, in / 32}, 1, 32, false, {}};
       for (std::int64_t e = 0; e < E; ++e) {
         for (StoredPart* p : {&packed, &scale}) {
           const std::string name =
@@ -496,7 +530,7 @@ class Binder {
                 ", expected a ggml block type (Q2_K, Q3_K, MXFP4, ...)");
         return;
       }
-      b.parts.push_back(part("weight", *t));
+      b.parts.push_back(part(PartRole::kWeight, *t));
       b.repr.type = *q;
       b.repr.text = std::string(dtype_name(t->entry.dtype)) + " stacked (ggml)";
       return;
@@ -506,15 +540,15 @@ class Binder {
       for (std::int64_t e = 0; e < E; ++e)
         bind_modelslim(b, expert_name(e, ".weight"), {out, in}, b.repr, e);
       for (const StoredPart& p : b.parts) {
-        if (p.role != "offset" && p.role != "group_offset" &&
+        if (p.role != PartRole::kOffset && p.role != PartRole::kGroupOffset &&
             p.tensors.size() != static_cast<std::size_t>(E)) {
-          problem(b.spec.name + ": part " + p.role + " found for " +
+          problem(b.spec.name + ": part " + std::string(part_role_name(p.role)) + " found for " +
                   std::to_string(p.tensors.size()) + " of " + std::to_string(E) + " experts");
         }
       }
       return;
     }
-    StoredPart dense_part{"weight", {}, DType::kBF16, {out, in}, 1, 1, false, {}};
+    StoredPart dense_part{PartRole::kWeight, {}, DType::kBF16, {out, in}, 1, 1, false, {}};
     for (std::int64_t e = 0; e < E; ++e) {
       const std::string name = expert_name(e, ".weight");
       if (const StoredTensor* t = need(name, dense_part.shape, "")) {

@@ -99,7 +99,7 @@ LoadPlan make_load_plan(const Checkpoint& ck, const std::vector<Binding>& bindin
       const std::size_t lc = pp.box.begin.size() - 1;  // logical col dim
       const bool same_rank_dims =
           nd == pp.box.begin.size() - (experts && part.per_expert() ? 1 : 0);
-      if (part.role == "k_b" || part.role == "v_b") {
+      if (part.role == PartRole::kSplitK || part.role == PartRole::kSplitV) {
         lo[0] = pp.box.begin[0] / part.row_div;
         hi[0] = pp.box.end[0] / part.row_div;
       } else if (same_rank_dims && nd >= 1) {

@@ -22,7 +22,7 @@ struct Run {
 };
 
 struct PartRead {
-  std::string role;
+  PartRole role = PartRole::kWeight;
   std::string tensor;  // stored tensor name
   std::size_t file = 0;
   DType dtype = DType::kF32;

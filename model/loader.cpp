@@ -50,29 +50,29 @@ struct Destination {
 };
 
 struct ParamBuffers {
-  std::map<std::string, Bytes> by_role;
-  std::map<std::string, WeightBytes> mapped;  // roles read in place from a mapped shard
-  std::map<std::string, std::vector<WeightBytes>> segments;  // per-expert roles, in place
-  std::map<std::string, DType> dtype;
-  std::map<std::string, std::vector<std::int64_t>> extent;  // of the first read of the role
+  std::map<PartRole, Bytes> by_role;
+  std::map<PartRole, WeightBytes> mapped;  // roles read in place from a mapped shard
+  std::map<PartRole, std::vector<WeightBytes>> segments;  // per-expert roles, in place
+  std::map<PartRole, DType> dtype;
+  std::map<PartRole, std::vector<std::int64_t>> extent;  // of the first read of the role
 };
 
-bool has(const ParamBuffers& b, const std::string& role) {
+bool has(const ParamBuffers& b, PartRole role) {
   return b.by_role.count(role) != 0 || b.mapped.count(role) != 0 || b.segments.count(role) != 0;
 }
 
 // The bytes of a role: in place from the mapping, or the buffer it was read into.
-WeightBytes take(ParamBuffers& b, const std::string& role) {
+WeightBytes take(ParamBuffers& b, PartRole role) {
   if (auto it = b.mapped.find(role); it != b.mapped.end()) return it->second;
   return WeightBytes(std::move(b.by_role.at(role)));
 }
 
 // Per-expert routed-expert tensors (hf, modelslim) stay in place, one segment per expert, when
 // each expert's slice is one contiguous range (no MoE-TP column split).
-bool segmentable(const PlannedParam& b, const std::string& role,
+bool segmentable(const PlannedParam& b, PartRole role,
                  const std::vector<const PartRead*>& reads) {
   if (b.spec.family != ParamFamily::kRoutedExpert || reads.size() < 2) return false;
-  if (role != "weight" && role != "packed" && role != "e8m0") return false;
+  if (role != PartRole::kWeight && role != PartRole::kPacked && role != PartRole::kE8m0) return false;
   for (const PartRead* r : reads) {
     if (r->runs.size() != 1 || !(r->runs[0].count == 1 || r->runs[0].stride == r->runs[0].length))
       return false;
@@ -82,13 +82,21 @@ bool segmentable(const PlannedParam& b, const std::string& role,
 
 // A role can stay in the mapped file when it is one contiguous range used as it is stored:
 // a matrix (no conversion), read by a single run (no column slice, no per-expert gathering).
-bool mappable(const PlannedParam& b, const std::string& role,
+bool mappable(const PlannedParam& b, PartRole role,
               const std::vector<const PartRead*>& reads) {
   const ParamFamily f = b.spec.family;
   if (f == ParamFamily::kVector || f == ParamFamily::kAttnResScore || f == ParamFamily::kKdaDecay)
     return false;
-  if (role != "weight" && role != "packed" && role != "e8m0" && role != "k_b" && role != "v_b")
-    return false;
+  switch (role) {
+    case PartRole::kWeight:
+    case PartRole::kPacked:
+    case PartRole::kE8m0:
+    case PartRole::kSplitK:
+    case PartRole::kSplitV:
+      break;
+    default:
+      return false;
+  }
   if (reads.size() != 1 || reads[0]->runs.size() != 1) return false;
   const Run& run = reads[0]->runs[0];
   return run.count == 1 || run.stride == run.length;
@@ -101,21 +109,21 @@ Weight materialize(const PlannedParam& pp, ParamBuffers& bufs) {
   w.box = pp.box;
   w.shape = pp.box.extent();
   w.type = b.repr.type;
-  auto floats = [&](const std::string& role) {
+  auto floats = [&](PartRole role) {
     return to_floats(bufs.dtype.at(role), bufs.by_role.at(role), w.name);
   };
   switch (b.spec.family) {
     case ParamFamily::kVector:
       w.type = quant::Type::kF32;
-      w.data = float_bytes(floats("weight"));
+      w.data = float_bytes(floats(PartRole::kWeight));
       break;
     case ParamFamily::kAttnResScore: {
       w.type = quant::Type::kF32;
-      if (has(bufs, "score")) {
-        w.data = float_bytes(floats("score"));
+      if (has(bufs, PartRole::kScore)) {
+        w.data = float_bytes(floats(PartRole::kScore));
       } else {
-        auto nv = floats("norm");
-        const auto pv = floats("proj");
+        auto nv = floats(PartRole::kScoreNorm);
+        const auto pv = floats(PartRole::kScoreProj);
         for (std::size_t i = 0; i < nv.size(); ++i) nv[i] *= pv[i];
         w.data = float_bytes(nv);
       }
@@ -123,17 +131,17 @@ Weight materialize(const PlannedParam& pp, ParamBuffers& bufs) {
     }
     case ParamFamily::kKdaDecay: {
       w.type = quant::Type::kF32;
-      const bool folded = has(bufs, "ssm_a");
-      auto v = floats(folded ? "ssm_a" : "a_log");
+      const bool folded = has(bufs, PartRole::kSsmA);
+      auto v = floats(folded ? PartRole::kSsmA : PartRole::kALog);
       for (float& x : v) x = folded ? -x : std::exp(x);
       w.data = float_bytes(v);
       break;
     }
     case ParamFamily::kMlaKvB:
-      if (has(bufs, "k_b")) {
-        for (auto [role, slot] : {std::pair{"k_b", &w.k_b}, std::pair{"v_b", &w.v_b}}) {
+      if (has(bufs, PartRole::kSplitK)) {
+        for (auto [role, slot] : {std::pair{PartRole::kSplitK, &w.k_b}, std::pair{PartRole::kSplitV, &w.v_b}}) {
           auto sub = std::make_unique<Weight>();
-          sub->name = w.name + "." + role;
+          sub->name = w.name + "." + std::string(part_role_name(role));
           sub->type = *quant_type_of(bufs.dtype.at(role));
           sub->shape = bufs.extent.at(role);
           sub->data = take(bufs, role);
@@ -145,20 +153,20 @@ Weight materialize(const PlannedParam& pp, ParamBuffers& bufs) {
       [[fallthrough]];
     default: {
       // Matrices keep the bytes they were read into; only the small side arrays are converted.
-      const std::string main = has(bufs, "weight") ? "weight" : "packed";
-      if (main == "weight" && bufs.dtype.at(main) != DType::kI8)
+      const PartRole main = has(bufs, PartRole::kWeight) ? PartRole::kWeight : PartRole::kPacked;
+      if (main == PartRole::kWeight && bufs.dtype.at(main) != DType::kI8)
         w.type = *quant_type_of(bufs.dtype.at(main));
       if (auto it = bufs.segments.find(main); it != bufs.segments.end()) {
         w.expert_data = std::move(it->second);
-        if (auto e8 = bufs.segments.find("e8m0"); e8 != bufs.segments.end())
+        if (auto e8 = bufs.segments.find(PartRole::kE8m0); e8 != bufs.segments.end())
           w.expert_e8m0 = std::move(e8->second);
       } else {
         w.data = take(bufs, main);
-        if (has(bufs, "e8m0")) w.e8m0 = take(bufs, "e8m0");
+        if (has(bufs, PartRole::kE8m0)) w.e8m0 = take(bufs, PartRole::kE8m0);
       }
       for (auto [role, dst] :
-           {std::pair{"scale", &w.scale}, std::pair{"offset", &w.offset},
-            std::pair{"group_scale", &w.group_scale}, std::pair{"group_offset", &w.group_offset}}) {
+           {std::pair{PartRole::kScale, &w.scale}, std::pair{PartRole::kOffset, &w.offset},
+            std::pair{PartRole::kGroupScale, &w.group_scale}, std::pair{PartRole::kGroupOffset, &w.group_offset}}) {
         if (has(bufs, role)) *dst = floats(role);
       }
       if (!w.group_scale.empty()) {
@@ -191,7 +199,7 @@ LoadResult load(const Checkpoint& ck, const LoadPlan& plan, const ProgressFn& pr
   std::vector<Destination> dests;
   for (std::size_t p = 0; p < plan.params.size(); ++p) {
     const PlannedParam& pp = plan.params[p];
-    std::map<std::string, std::vector<const PartRead*>> by_role;
+    std::map<PartRole, std::vector<const PartRead*>> by_role;
     for (const PartRead& r : pp.reads) by_role[r.role].push_back(&r);
     for (const auto& [role, reads] : by_role) {
       ParamBuffers& b = buffers[p];

@@ -8,110 +8,128 @@ using dist::GroupKind;
 
 namespace {
 
-class Builder {
- public:
-  explicit Builder(std::vector<ParamSpec>& out) : out_(out) {}
-  void add(std::string name, int layer, ParamFamily family, std::vector<std::int64_t> shape,
-           SplitKind split = SplitKind::kReplicated, GroupKind group = GroupKind::kWorld,
-           std::int64_t unit = 1, bool expert_cols = false) {
-    out_.push_back(
-        {std::move(name), layer, family, std::move(shape), split, group, unit, expert_cols});
-  }
-
- private:
-  std::vector<ParamSpec>& out_;
-};
+ParamSpec spec(std::string name, int layer, ParamFamily family, std::vector<std::int64_t> shape,
+               SplitKind split = SplitKind::kReplicated, GroupKind group = GroupKind::kWorld,
+               std::int64_t unit = 1, bool expert_cols = false) {
+  return {std::move(name), layer, family, std::move(shape), split, group, unit, expert_cols};
+}
 
 }  // namespace
 
-std::vector<ParamSpec> kimi_k3_parameters(const ModelConfig& c, const dist::Layout& layout) {
-  std::vector<ParamSpec> out;
-  Builder b(out);
+ModelWeights<ParamSpec> kimi_k3_definition(const ModelConfig& c, const dist::Layout& layout) {
+  ModelWeights<ParamSpec> w;
   const std::int64_t H = c.hidden_size, V = c.vocab_size;
   const auto A = GroupKind::kAttnTp;
   using F = ParamFamily;
   using S = SplitKind;
   // Under DP attention the embedding is vocabulary-parallel over the attention-TP group (which
   // is the TP group without DP attention); the LM head follows --enable-dp-lm-head.
-  b.add("model.embed_tokens.weight", -1, F::kEmbedding, {V, H}, S::kRows, A);
+  w.embed_tokens = spec("model.embed_tokens.weight", -1, F::kEmbedding, {V, H}, S::kRows, A);
   if (c.is_draft()) {
     // DSpark-style draft: fc fuses the tapped target hidden states into the draft's width.
-    b.add("model.fc.weight", -1, F::kLinear,
-          {H, H * static_cast<std::int64_t>(c.draft_target_layers.size())});
-    b.add("model.hidden_norm.weight", -1, F::kVector, {H});
+    w.fc = spec("model.fc.weight", -1, F::kLinear,
+                {H, H * static_cast<std::int64_t>(c.draft_target_layers.size())});
+    w.hidden_norm = spec("model.hidden_norm.weight", -1, F::kVector, {H});
   }
-  b.add("model.norm.weight", -1, F::kVector, {H});
-  if (!c.is_draft()) b.add("model.output_attn_res_score", -1, F::kAttnResScore, {H});
-  b.add("lm_head.weight", -1, F::kLinear, {V, H}, S::kRows, layout.lm_head_group());
+  w.norm = spec("model.norm.weight", -1, F::kVector, {H});
+  if (!c.is_draft()) {
+    w.output_attn_res_score = spec("model.output_attn_res_score", -1, F::kAttnResScore, {H});
+  }
+  w.lm_head = spec("lm_head.weight", -1, F::kLinear, {V, H}, S::kRows, layout.lm_head_group());
 
+  w.layers.resize(static_cast<std::size_t>(c.num_hidden_layers));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
+    LayerWeights<ParamSpec>& layer = w.layers[static_cast<std::size_t>(l)];
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    b.add(p + "input_layernorm.weight", l, F::kVector, {H});
-    b.add(p + "post_attention_layernorm.weight", l, F::kVector, {H});
+    layer.input_layernorm = spec(p + "input_layernorm.weight", l, F::kVector, {H});
+    layer.post_attention_layernorm =
+        spec(p + "post_attention_layernorm.weight", l, F::kVector, {H});
     if (!c.is_draft()) {
-      b.add(p + "self_attention_res_score", l, F::kAttnResScore, {H});
-      b.add(p + "mlp_res_score", l, F::kAttnResScore, {H});
+      layer.self_attention_res_score =
+          spec(p + "self_attention_res_score", l, F::kAttnResScore, {H});
+      layer.mlp_res_score = spec(p + "mlp_res_score", l, F::kAttnResScore, {H});
     }
     const std::string a = p + "self_attn.";
     if (c.is_mla_layer(l)) {
       const std::int64_t heads = c.num_attention_heads;
-      b.add(a + "q_a_proj.weight", l, F::kLinear, {c.q_lora_rank, H});
-      b.add(a + "q_a_layernorm.weight", l, F::kVector, {c.q_lora_rank});
-      b.add(a + "q_b_proj.weight", l, F::kLinear, {heads * c.qk_head_dim(), c.q_lora_rank},
-            S::kRows, A, c.qk_head_dim());
-      b.add(a + "kv_a_proj_with_mqa.weight", l, F::kLinear,
-            {c.kv_lora_rank + c.qk_rope_head_dim, H});
-      b.add(a + "kv_a_layernorm.weight", l, F::kVector, {c.kv_lora_rank});
-      b.add(a + "kv_b_proj.weight", l, F::kMlaKvB,
-            {heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank}, S::kRows, A,
-            c.qk_nope_head_dim + c.v_head_dim);
-      b.add(a + "g_proj.weight", l, F::kLinear, {heads * c.v_head_dim, H}, S::kRows, A,
-            c.v_head_dim);
-      b.add(a + "o_proj.weight", l, F::kLinear, {H, heads * c.v_head_dim}, S::kCols, A,
-            c.v_head_dim);
+      auto& m = layer.mla.emplace();
+      m.q_a_proj = spec(a + "q_a_proj.weight", l, F::kLinear, {c.q_lora_rank, H});
+      m.q_a_layernorm = spec(a + "q_a_layernorm.weight", l, F::kVector, {c.q_lora_rank});
+      m.q_b_proj = spec(a + "q_b_proj.weight", l, F::kLinear,
+                        {heads * c.qk_head_dim(), c.q_lora_rank}, S::kRows, A, c.qk_head_dim());
+      m.kv_a_proj_with_mqa = spec(a + "kv_a_proj_with_mqa.weight", l, F::kLinear,
+                                  {c.kv_lora_rank + c.qk_rope_head_dim, H});
+      m.kv_a_layernorm = spec(a + "kv_a_layernorm.weight", l, F::kVector, {c.kv_lora_rank});
+      m.kv_b_proj = spec(a + "kv_b_proj.weight", l, F::kMlaKvB,
+                         {heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank}, S::kRows,
+                         A, c.qk_nope_head_dim + c.v_head_dim);
+      m.g_proj = spec(a + "g_proj.weight", l, F::kLinear, {heads * c.v_head_dim, H}, S::kRows, A,
+                      c.v_head_dim);
+      m.o_proj = spec(a + "o_proj.weight", l, F::kLinear, {H, heads * c.v_head_dim}, S::kCols, A,
+                      c.v_head_dim);
     } else {
       const std::int64_t P = c.kda_projection_size(), D = c.kda_head_dim;
-      for (const char* x : {"q", "k", "v"}) {
-        b.add(a + x + "_proj.weight", l, F::kLinear, {P, H}, S::kRows, A, D);
-        b.add(a + x + "_conv1d.weight", l, F::kVector, {P, 1, c.kda_conv_kernel}, S::kRows, A, D);
-      }
-      b.add(a + "f_a_proj.weight", l, F::kLinear, {D, H});
-      b.add(a + "f_b_proj.weight", l, F::kLinear, {P, D}, S::kRows, A, D);
-      b.add(a + "b_proj.weight", l, F::kLinear, {c.kda_num_heads, H}, S::kRows, A, 1);
-      b.add(a + "decay", l, F::kKdaDecay, {c.kda_num_heads}, S::kRows, A, 1);
-      b.add(a + "dt_bias", l, F::kVector, {P}, S::kRows, A, D);
-      b.add(a + "o_norm.weight", l, F::kVector, {D});
-      b.add(a + "g_proj.weight", l, F::kLinear, {P, H}, S::kRows, A, D);
-      b.add(a + "o_proj.weight", l, F::kLinear, {H, P}, S::kCols, A, D);
+      auto& k = layer.kda.emplace();
+      auto projection = [&](const char* x) {
+        return spec(a + x + "_proj.weight", l, F::kLinear, {P, H}, S::kRows, A, D);
+      };
+      auto conv = [&](const char* x) {
+        return spec(a + x + "_conv1d.weight", l, F::kVector, {P, 1, c.kda_conv_kernel}, S::kRows,
+                    A, D);
+      };
+      k.q_proj = projection("q");
+      k.q_conv1d = conv("q");
+      k.k_proj = projection("k");
+      k.k_conv1d = conv("k");
+      k.v_proj = projection("v");
+      k.v_conv1d = conv("v");
+      k.f_a_proj = spec(a + "f_a_proj.weight", l, F::kLinear, {D, H});
+      k.f_b_proj = spec(a + "f_b_proj.weight", l, F::kLinear, {P, D}, S::kRows, A, D);
+      k.b_proj = spec(a + "b_proj.weight", l, F::kLinear, {c.kda_num_heads, H}, S::kRows, A, 1);
+      k.decay = spec(a + "decay", l, F::kKdaDecay, {c.kda_num_heads}, S::kRows, A, 1);
+      k.dt_bias = spec(a + "dt_bias", l, F::kVector, {P}, S::kRows, A, D);
+      k.o_norm = spec(a + "o_norm.weight", l, F::kVector, {D});
+      k.g_proj = spec(a + "g_proj.weight", l, F::kLinear, {P, H}, S::kRows, A, D);
+      k.o_proj = spec(a + "o_proj.weight", l, F::kLinear, {H, P}, S::kCols, A, D);
     }
+    // A SiTU-GLU of intermediate size I split over `group`: gate and up by rows, down by columns.
+    auto glu = [&](const std::string& at, std::int64_t I, GroupKind group) {
+      return MlpWeights<ParamSpec>{
+          spec(at + "gate_proj.weight", l, F::kLinear, {I, H}, S::kRows, group),
+          spec(at + "up_proj.weight", l, F::kLinear, {I, H}, S::kRows, group),
+          spec(at + "down_proj.weight", l, F::kLinear, {H, I}, S::kCols, group)};
+    };
     if (c.is_dense_layer(l)) {
-      const auto G = layout.dense_mlp_group();
-      const std::int64_t I = c.intermediate_size;
-      b.add(p + "mlp.gate_proj.weight", l, F::kLinear, {I, H}, S::kRows, G);
-      b.add(p + "mlp.up_proj.weight", l, F::kLinear, {I, H}, S::kRows, G);
-      b.add(p + "mlp.down_proj.weight", l, F::kLinear, {H, I}, S::kCols, G);
+      layer.mlp = glu(p + "mlp.", c.intermediate_size, layout.dense_mlp_group());
       continue;
     }
     const std::string m = p + "block_sparse_moe.";
     const std::int64_t E = c.num_experts, L = c.routed_expert_hidden_size,
                        I = c.moe_intermediate_size;
-    b.add(m + "gate.weight", l, F::kLinear, {E, H});
-    b.add(m + "gate.e_score_correction_bias", l, F::kVector, {E});
-    b.add(m + "routed_expert_down_proj.weight", l, F::kLatentProjection, {L, H});
-    b.add(m + "routed_expert_norm.weight", l, F::kVector, {L});
-    b.add(m + "routed_expert_up_proj.weight", l, F::kLatentProjection, {H, L});
-    b.add(m + "experts.w1", l, F::kRoutedExpert, {E, I, L}, S::kExperts, GroupKind::kMoeEp);
-    b.add(m + "experts.w3", l, F::kRoutedExpert, {E, I, L}, S::kExperts, GroupKind::kMoeEp);
-    b.add(m + "experts.w2", l, F::kRoutedExpert, {E, L, I}, S::kExperts, GroupKind::kMoeEp, 1,
-          true);
+    auto& moe = layer.moe.emplace();
+    moe.gate = spec(m + "gate.weight", l, F::kLinear, {E, H});
+    moe.e_score_correction_bias = spec(m + "gate.e_score_correction_bias", l, F::kVector, {E});
+    moe.routed_expert_down_proj =
+        spec(m + "routed_expert_down_proj.weight", l, F::kLatentProjection, {L, H});
+    moe.routed_expert_norm = spec(m + "routed_expert_norm.weight", l, F::kVector, {L});
+    moe.routed_expert_up_proj =
+        spec(m + "routed_expert_up_proj.weight", l, F::kLatentProjection, {H, L});
+    moe.w1 = spec(m + "experts.w1", l, F::kRoutedExpert, {E, I, L}, S::kExperts, GroupKind::kMoeEp);
+    moe.w3 = spec(m + "experts.w3", l, F::kRoutedExpert, {E, I, L}, S::kExperts, GroupKind::kMoeEp);
+    moe.w2 = spec(m + "experts.w2", l, F::kRoutedExpert, {E, L, I}, S::kExperts, GroupKind::kMoeEp,
+                  1, true);
     if (c.num_shared_experts > 0) {
-      const auto G = layout.shared_experts_group();
-      const std::int64_t S_ = c.shared_intermediate_size();
-      b.add(m + "shared_experts.gate_proj.weight", l, F::kLinear, {S_, H}, S::kRows, G);
-      b.add(m + "shared_experts.up_proj.weight", l, F::kLinear, {S_, H}, S::kRows, G);
-      b.add(m + "shared_experts.down_proj.weight", l, F::kLinear, {H, S_}, S::kCols, G);
+      moe.shared_experts =
+          glu(m + "shared_experts.", c.shared_intermediate_size(), layout.shared_experts_group());
     }
   }
+  return w;
+}
+
+std::vector<ParamSpec> kimi_k3_parameters(const ModelConfig& c, const dist::Layout& layout) {
+  std::vector<ParamSpec> out;
+  ModelWeights<ParamSpec> definition = kimi_k3_definition(c, layout);
+  for_each_weight(definition, [&](ParamSpec& s) { out.push_back(std::move(s)); });
   return out;
 }
 

@@ -9,6 +9,7 @@
 
 #include "dist/layout.h"
 #include "model/config.h"
+#include "model/kimi_k3.h"
 
 namespace k3::model {
 
@@ -42,7 +43,11 @@ struct ParamSpec {
   bool expert_split_cols = false;  // kExperts: w2 splits its columns over MoE-TP, w1/w3 rows
 };
 
-// The full parameter list in a stable order (global first, then layer by layer).
+// The model's definition: every parameter's logical name, shape and split, in the typed tree
+// (model/kimi_k3.h). This is the one place those names are written.
+ModelWeights<ParamSpec> kimi_k3_definition(const ModelConfig& config, const dist::Layout& layout);
+
+// The same parameters as a flat list in the tree's order (global first, then layer by layer).
 std::vector<ParamSpec> kimi_k3_parameters(const ModelConfig& config, const dist::Layout& layout);
 
 // This rank's part of one parameter: a box [begin, end) per logical dimension.

@@ -103,4 +103,10 @@ std::uint64_t WeightStore::bytes() const {
   return b;
 }
 
+ModelWeights<const Weight*> weight_tree(const WeightStore& store, const ModelConfig& config,
+                                        const dist::Layout& layout) {
+  return map_weights(kimi_k3_definition(config, layout),
+                     [&](const ParamSpec& spec) { return &store.get(spec.name); });
+}
+
 }  // namespace k3::model

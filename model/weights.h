@@ -55,4 +55,9 @@ class WeightStore {
   std::map<std::string, Weight> weights_;
 };
 
+// The loaded weights as the model's typed tree (model/kimi_k3.h): each field points at the
+// weight of the parameter the definition puts there. InternalError names one not loaded.
+ModelWeights<const Weight*> weight_tree(const WeightStore& store, const ModelConfig& config,
+                                        const dist::Layout& layout);
+
 }  // namespace k3::model

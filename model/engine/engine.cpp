@@ -14,8 +14,6 @@ using namespace detail;
 
 namespace {
 
-std::string layer_prefix(int l) { return "model.layers." + std::to_string(l) + "."; }
-
 // The dense kv_b_proj [heads*(nope+v), kv_lora] of this rank's heads, as the absorbed per-head
 // matrices: K_h^T [kv_lora, nope] (fp32, transposed once) and V_h [v, kv_lora] (in place).
 void absorb_dense_kv_b(const Weight& w, std::size_t heads, std::size_t N, std::size_t Vd,
@@ -46,8 +44,11 @@ Engine::Impl::Impl(const ModelConfig& config, const WeightStore& ws, const dist:
   if (c.is_draft()) throw InternalError("engine: a draft model cannot run as the main model");
   if (opt.slots <= 0) throw UsageError("engine: at least one sequence slot is needed");
   const bool exact = opt.exact;
-  auto lin = [&](const std::string& name) { return Linear(ws.get(name).view(), exact); };
-  auto vec = [&](const std::string& name) { return ws.get(name).floats(); };
+  auto lin = [&](const Weight* w) { return Linear(w->view(), exact); };
+  auto vec = [&](const Weight* w) { return w->floats(); };
+  auto glu = [&](const MlpWeights<const Weight*>& w) {
+    return Mlp{lin(w.gate_proj), lin(w.up_proj), lin(w.down_proj)};
+  };
 
   H = static_cast<std::size_t>(c.hidden_size);
   N = static_cast<std::size_t>(c.qk_nope_head_dim);
@@ -61,35 +62,33 @@ Engine::Impl::Impl(const ModelConfig& config, const WeightStore& ws, const dist:
   kda_heads = static_cast<std::size_t>(c.kda_num_heads) / a;
   P = kda_heads * D;
 
-  const Weight& e = ws.get("model.embed_tokens.weight");
-  embed = Linear(e.view(), false);  // rows are dequantized one at a time, never multiplied
-  embed_begin = static_cast<std::size_t>(e.box.begin.at(0));
-  const Weight& lm = ws.get("lm_head.weight");
-  lm_head = Linear(lm.view(), exact);
-  lm_begin = static_cast<std::size_t>(lm.box.begin.at(0));
-  final_norm = vec("model.norm.weight");
-  output_res_score = vec("model.output_attn_res_score");
+  const ModelWeights<const Weight*> w = weight_tree(ws, c, layout);
+  embed = Linear(w.embed_tokens->view(), false);  // rows are dequantized one at a time
+  embed_begin = static_cast<std::size_t>(w.embed_tokens->box.begin.at(0));
+  lm_head = lin(w.lm_head);
+  lm_begin = static_cast<std::size_t>(w.lm_head->box.begin.at(0));
+  final_norm = vec(w.norm);
+  output_res_score = vec(*w.output_attn_res_score);
 
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
+  for (const LayerWeights<const Weight*>& lw : w.layers) {
     Layer L;
-    const std::string p = layer_prefix(l);
-    L.mla = c.is_mla_layer(l);
-    L.dense = c.is_dense_layer(l);
-    L.input_norm = vec(p + "input_layernorm.weight");
-    L.post_norm = vec(p + "post_attention_layernorm.weight");
-    L.attn_res_score = vec(p + "self_attention_res_score");
-    L.mlp_res_score = vec(p + "mlp_res_score");
-    const std::string at = p + "self_attn.";
-    if (L.mla) {
+    L.mla = lw.mla.has_value();
+    L.dense = lw.mlp.has_value();
+    L.input_norm = vec(lw.input_layernorm);
+    L.post_norm = vec(lw.post_attention_layernorm);
+    L.attn_res_score = vec(*lw.self_attention_res_score);
+    L.mlp_res_score = vec(*lw.mlp_res_score);
+    if (lw.mla) {
+      const MlaWeights<const Weight*>& src = *lw.mla;
       auto& m = L.mla_w;
-      m.q_a = lin(at + "q_a_proj.weight");
-      m.q_a_norm = vec(at + "q_a_layernorm.weight");
-      m.q_b = lin(at + "q_b_proj.weight");
-      m.kv_a = lin(at + "kv_a_proj_with_mqa.weight");
-      m.kv_a_norm = vec(at + "kv_a_layernorm.weight");
-      m.g = lin(at + "g_proj.weight");
-      m.o = lin(at + "o_proj.weight");
-      const Weight& kvb = ws.get(at + "kv_b_proj.weight");
+      m.q_a = lin(src.q_a_proj);
+      m.q_a_norm = vec(src.q_a_layernorm);
+      m.q_b = lin(src.q_b_proj);
+      m.kv_a = lin(src.kv_a_proj_with_mqa);
+      m.kv_a_norm = vec(src.kv_a_layernorm);
+      m.g = lin(src.g_proj);
+      m.o = lin(src.o_proj);
+      const Weight& kvb = *src.kv_b_proj;
       if (kvb.split_kv()) {
         // Split K [heads*kv_lora, nope] and V [heads*v, kv_lora]: already the absorbed
         // orientation, each in its own quant type (GGUF Q4_0 / Q2_K).
@@ -108,49 +107,43 @@ Engine::Impl::Impl(const ModelConfig& config, const WeightStore& ws, const dist:
       }
       m.cache_index = static_cast<int>(mla_layers++);
     } else {
+      const KdaWeights<const Weight*>& src = *lw.kda;
       auto& k = L.kda_w;
-      k.q = lin(at + "q_proj.weight");
-      k.k = lin(at + "k_proj.weight");
-      k.v = lin(at + "v_proj.weight");
-      k.conv_q = vec(at + "q_conv1d.weight");
-      k.conv_k = vec(at + "k_conv1d.weight");
-      k.conv_v = vec(at + "v_conv1d.weight");
-      k.f_a = lin(at + "f_a_proj.weight");
-      k.f_b = lin(at + "f_b_proj.weight");
-      k.b = lin(at + "b_proj.weight");
-      k.decay = vec(at + "decay");
-      k.dt_bias = vec(at + "dt_bias");
-      k.o_norm = vec(at + "o_norm.weight");
-      k.g = lin(at + "g_proj.weight");
-      k.o = lin(at + "o_proj.weight");
+      k.q = lin(src.q_proj);
+      k.k = lin(src.k_proj);
+      k.v = lin(src.v_proj);
+      k.conv_q = vec(src.q_conv1d);
+      k.conv_k = vec(src.k_conv1d);
+      k.conv_v = vec(src.v_conv1d);
+      k.f_a = lin(src.f_a_proj);
+      k.f_b = lin(src.f_b_proj);
+      k.b = lin(src.b_proj);
+      k.decay = vec(src.decay);
+      k.dt_bias = vec(src.dt_bias);
+      k.o_norm = vec(src.o_norm);
+      k.g = lin(src.g_proj);
+      k.o = lin(src.o_proj);
       k.state_index = static_cast<int>(kda_layers++);
     }
-    if (L.dense) {
-      L.mlp = {lin(p + "mlp.gate_proj.weight"), lin(p + "mlp.up_proj.weight"),
-               lin(p + "mlp.down_proj.weight")};
+    if (lw.mlp) {
+      L.mlp = glu(*lw.mlp);
     } else {
-      const std::string m = p + "block_sparse_moe.";
+      const MoeWeights<const Weight*>& src = *lw.moe;
       auto& x = L.moe;
-      x.router = lin(m + "gate.weight");
-      x.bias = vec(m + "gate.e_score_correction_bias");
-      x.down_proj = lin(m + "routed_expert_down_proj.weight");
-      x.norm = vec(m + "routed_expert_norm.weight");
-      x.up_proj = lin(m + "routed_expert_up_proj.weight");
-      const Weight& w1 = ws.get(m + "experts.w1");
-      const Weight& w3 = ws.get(m + "experts.w3");
-      const Weight& w2 = ws.get(m + "experts.w2");
+      x.router = lin(src.gate);
+      x.bias = vec(src.e_score_correction_bias);
+      x.down_proj = lin(src.routed_expert_down_proj);
+      x.norm = vec(src.routed_expert_norm);
+      x.up_proj = lin(src.routed_expert_up_proj);
+      const Weight &w1 = *src.w1, &w3 = *src.w3, &w2 = *src.w2;
       x.expert_begin = static_cast<int>(w1.box.begin.at(0));
       for (std::size_t i = 0; i < static_cast<std::size_t>(w1.shape.at(0)); ++i) {
         x.w1.emplace_back(w1.expert(i), exact);
         x.w3.emplace_back(w3.expert(i), exact);
         x.w2.emplace_back(w2.expert(i), exact);
       }
-      x.has_shared = c.num_shared_experts > 0;
-      if (x.has_shared) {
-        x.shared = {lin(m + "shared_experts.gate_proj.weight"),
-                    lin(m + "shared_experts.up_proj.weight"),
-                    lin(m + "shared_experts.down_proj.weight")};
-      }
+      x.has_shared = src.shared_experts.has_value();
+      if (x.has_shared) x.shared = glu(*src.shared_experts);
     }
     layers.push_back(std::move(L));
   }

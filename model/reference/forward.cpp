@@ -266,14 +266,6 @@ std::vector<double> to_double(const std::vector<float>& f) {
   return std::vector<double>(f.begin(), f.end());
 }
 
-Matrix matrix(const WeightStore& ws, const std::string& name) {
-  return reference::dequantize_matrix(ws.get(name).view());
-}
-
-std::vector<double> vec(const WeightStore& ws, const std::string& name) {
-  return to_double(ws.get(name).floats());
-}
-
 // Dense kv_b_proj [H*(nope+v), kv_lora] (section 2.3): row h*(nope+v)+j is k_nope[j] for j<nope
 // and v[j-nope] otherwise. GGUF stores it split (K [H, kv_lora, nope], V [H, v, kv_lora]), so the
 // K part is transposed back per head.
@@ -307,8 +299,15 @@ Matrix kv_b_matrix(const Weight& w, const ModelConfig& c) {
 
 ReferenceModel::ReferenceModel(const ModelConfig& config, const WeightStore& ws) : config_(config) {
   if (config_.is_draft()) throw InternalError("reference model: drafts are not supported");
-  embed_ = matrix(ws, "model.embed_tokens.weight");
-  lm_head_ = matrix(ws, "lm_head.weight");
+  const dist::Layout one_rank = dist::Layout::make(dist::LayoutSpec{});
+  const ModelWeights<const Weight*> w = weight_tree(ws, config_, one_rank);
+  auto matrix = [](const Weight* x) { return reference::dequantize_matrix(x->view()); };
+  auto vec = [](const Weight* x) { return to_double(x->floats()); };
+  auto glu = [&](const model::MlpWeights<const Weight*>& x) {
+    return MlpBlock{matrix(x.gate_proj), matrix(x.up_proj), matrix(x.down_proj)};
+  };
+  embed_ = matrix(w.embed_tokens);
+  lm_head_ = matrix(w.lm_head);
   // A sliced load (more than one rank) shows in the row-split vocabulary first.
   const auto vocab = static_cast<std::size_t>(config_.vocab_size);
   if (embed_.rows != vocab || lm_head_.rows != vocab) {
@@ -316,63 +315,57 @@ ReferenceModel::ReferenceModel(const ModelConfig& config, const WeightStore& ws)
                         std::to_string(embed_.rows) + " rows for a vocabulary of " +
                         std::to_string(vocab));
   }
-  final_norm_ = vec(ws, "model.norm.weight");
-  output_res_score_ = vec(ws, "model.output_attn_res_score");
-  const int nl = config_.num_hidden_layers;
-  layers_.resize(static_cast<std::size_t>(nl));
-  for (int l = 0; l < nl; ++l) {
-    Layer& L = layers_[static_cast<std::size_t>(l)];
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    L.mla = config_.is_mla_layer(l);
-    L.dense = config_.is_dense_layer(l);
-    L.input_norm = vec(ws, p + "input_layernorm.weight");
-    L.post_norm = vec(ws, p + "post_attention_layernorm.weight");
-    L.attn_res_score = vec(ws, p + "self_attention_res_score");
-    L.mlp_res_score = vec(ws, p + "mlp_res_score");
-    const std::string a = p + "self_attn.";
-    if (L.mla) {
+  final_norm_ = vec(w.norm);
+  output_res_score_ = vec(*w.output_attn_res_score);
+  for (const LayerWeights<const Weight*>& lw : w.layers) {
+    Layer& L = layers_.emplace_back();
+    L.mla = lw.mla.has_value();
+    L.dense = lw.mlp.has_value();
+    L.input_norm = vec(lw.input_layernorm);
+    L.post_norm = vec(lw.post_attention_layernorm);
+    L.attn_res_score = vec(*lw.self_attention_res_score);
+    L.mlp_res_score = vec(*lw.mlp_res_score);
+    if (lw.mla) {
+      const model::MlaWeights<const Weight*>& src = *lw.mla;
       auto& m = L.mla_w;
-      m.q_a = matrix(ws, a + "q_a_proj.weight");
-      m.q_a_norm = vec(ws, a + "q_a_layernorm.weight");
-      m.q_b = matrix(ws, a + "q_b_proj.weight");
-      m.kv_a = matrix(ws, a + "kv_a_proj_with_mqa.weight");
-      m.kv_a_norm = vec(ws, a + "kv_a_layernorm.weight");
-      m.kv_b = kv_b_matrix(ws.get(a + "kv_b_proj.weight"), config_);
-      m.g = matrix(ws, a + "g_proj.weight");
-      m.o = matrix(ws, a + "o_proj.weight");
+      m.q_a = matrix(src.q_a_proj);
+      m.q_a_norm = vec(src.q_a_layernorm);
+      m.q_b = matrix(src.q_b_proj);
+      m.kv_a = matrix(src.kv_a_proj_with_mqa);
+      m.kv_a_norm = vec(src.kv_a_layernorm);
+      m.kv_b = kv_b_matrix(*src.kv_b_proj, config_);
+      m.g = matrix(src.g_proj);
+      m.o = matrix(src.o_proj);
     } else {
+      const model::KdaWeights<const Weight*>& src = *lw.kda;
       auto& k = L.kda_w;
-      k.q = matrix(ws, a + "q_proj.weight");
-      k.k = matrix(ws, a + "k_proj.weight");
-      k.v = matrix(ws, a + "v_proj.weight");
-      k.conv_q = vec(ws, a + "q_conv1d.weight");
-      k.conv_k = vec(ws, a + "k_conv1d.weight");
-      k.conv_v = vec(ws, a + "v_conv1d.weight");
-      k.f_a = matrix(ws, a + "f_a_proj.weight");
-      k.f_b = matrix(ws, a + "f_b_proj.weight");
-      k.b = matrix(ws, a + "b_proj.weight");
-      k.decay = vec(ws, a + "decay");
-      k.dt_bias = vec(ws, a + "dt_bias");
-      k.o_norm = vec(ws, a + "o_norm.weight");
-      k.g = matrix(ws, a + "g_proj.weight");
-      k.o = matrix(ws, a + "o_proj.weight");
+      k.q = matrix(src.q_proj);
+      k.k = matrix(src.k_proj);
+      k.v = matrix(src.v_proj);
+      k.conv_q = vec(src.q_conv1d);
+      k.conv_k = vec(src.k_conv1d);
+      k.conv_v = vec(src.v_conv1d);
+      k.f_a = matrix(src.f_a_proj);
+      k.f_b = matrix(src.f_b_proj);
+      k.b = matrix(src.b_proj);
+      k.decay = vec(src.decay);
+      k.dt_bias = vec(src.dt_bias);
+      k.o_norm = vec(src.o_norm);
+      k.g = matrix(src.g_proj);
+      k.o = matrix(src.o_proj);
     }
-    if (L.dense) {
-      L.mlp.gate = matrix(ws, p + "mlp.gate_proj.weight");
-      L.mlp.up = matrix(ws, p + "mlp.up_proj.weight");
-      L.mlp.down = matrix(ws, p + "mlp.down_proj.weight");
+    if (lw.mlp) {
+      L.mlp = glu(*lw.mlp);
       continue;
     }
-    const std::string m = p + "block_sparse_moe.";
+    const model::MoeWeights<const Weight*>& src = *lw.moe;
     auto& e = L.moe;
-    e.router = matrix(ws, m + "gate.weight");
-    e.bias = vec(ws, m + "gate.e_score_correction_bias");
-    e.down_proj = matrix(ws, m + "routed_expert_down_proj.weight");
-    e.norm = vec(ws, m + "routed_expert_norm.weight");
-    e.up_proj = matrix(ws, m + "routed_expert_up_proj.weight");
-    const Weight& w1 = ws.get(m + "experts.w1");
-    const Weight& w3 = ws.get(m + "experts.w3");
-    const Weight& w2 = ws.get(m + "experts.w2");
+    e.router = matrix(src.gate);
+    e.bias = vec(src.e_score_correction_bias);
+    e.down_proj = matrix(src.routed_expert_down_proj);
+    e.norm = vec(src.routed_expert_norm);
+    e.up_proj = matrix(src.routed_expert_up_proj);
+    const Weight &w1 = *src.w1, &w3 = *src.w3, &w2 = *src.w2;
     if (w1.shape.empty() || w1.shape[0] != config_.num_experts) {
       throw InternalError("reference model needs a one-rank load: " + w1.name +
                           " holds a slice of the experts");
@@ -382,12 +375,8 @@ ReferenceModel::ReferenceModel(const ModelConfig& config, const WeightStore& ws)
       e.w3.push_back(reference::dequantize_matrix(w3.expert(x)));
       e.w2.push_back(reference::dequantize_matrix(w2.expert(x)));
     }
-    e.has_shared = config_.num_shared_experts > 0;
-    if (e.has_shared) {
-      e.shared.gate = matrix(ws, m + "shared_experts.gate_proj.weight");
-      e.shared.up = matrix(ws, m + "shared_experts.up_proj.weight");
-      e.shared.down = matrix(ws, m + "shared_experts.down_proj.weight");
-    }
+    e.has_shared = src.shared_experts.has_value();
+    if (e.has_shared) e.shared = glu(*src.shared_experts);
   }
 }
 
@@ -498,7 +487,7 @@ ReferenceModel::Rows ReferenceModel::mla(const Layer& L, const Rows& x,
                                          ReferenceState::Layer& s) const {
   using reference::matvec;
   using reference::rms_norm;
-  const MlaWeights& w = L.mla_w;
+  const MlaBlock& w = L.mla_w;
   const std::size_t H = static_cast<std::size_t>(config_.num_attention_heads);
   const std::size_t N = static_cast<std::size_t>(config_.qk_nope_head_dim);
   const std::size_t R = static_cast<std::size_t>(config_.qk_rope_head_dim);
@@ -555,7 +544,7 @@ ReferenceModel::Rows ReferenceModel::mla(const Layer& L, const Rows& x,
 ReferenceModel::Rows ReferenceModel::kda(const Layer& L, const Rows& x, ReferenceState::Layer& s,
                                          const ReferenceOptions& options) const {
   using reference::matvec;
-  const KdaWeights& w = L.kda_w;
+  const KdaBlock& w = L.kda_w;
   const std::size_t T = x.size();
   const std::size_t H = static_cast<std::size_t>(config_.kda_num_heads);
   const std::size_t D = static_cast<std::size_t>(config_.kda_head_dim);
@@ -630,7 +619,7 @@ ReferenceModel::Rows ReferenceModel::kda(const Layer& L, const Rows& x, Referenc
 }
 
 // Section 2.2: SiTU-GLU MLP (dense layer 0 and the shared experts).
-std::vector<double> ReferenceModel::mlp(const MlpWeights& w, std::span<const double> x) const {
+std::vector<double> ReferenceModel::mlp(const MlpBlock& w, std::span<const double> x) const {
   const std::vector<double> g = reference::matvec(w.gate, x);
   const std::vector<double> u = reference::matvec(w.up, x);
   std::vector<double> act(g.size());
@@ -641,7 +630,7 @@ std::vector<double> ReferenceModel::mlp(const MlpWeights& w, std::span<const dou
 
 // Section 2.5: LatentMoE. Router and shared experts see the full-width input; the experts run
 // in the latent and their weighted SUM is normalised before the up projection.
-std::vector<double> ReferenceModel::moe(const MoeWeights& w, std::span<const double> x) const {
+std::vector<double> ReferenceModel::moe(const MoeBlock& w, std::span<const double> x) const {
   using reference::matvec;
   const auto routes = reference::route_experts(
       matvec(w.router, x), w.bias, config_.num_experts_per_token, config_.routed_scaling_factor);

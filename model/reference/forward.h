@@ -134,32 +134,32 @@ class ReferenceModel {
                                              const ReferenceOptions& options = {}) const;
   std::vector<double> feed_forward(std::size_t layer, std::span<const double> normed) const;
 
-  struct MlaWeights {
+  struct MlaBlock {
     reference::Matrix q_a, q_b, kv_a, kv_b, g, o;  // kv_b dense [H*(nope+v), kv_lora]
     std::vector<double> q_a_norm, kv_a_norm;
   };
-  struct KdaWeights {
+  struct KdaBlock {
     reference::Matrix q, k, v, f_a, f_b, b, g, o;
     std::vector<double> conv_q, conv_k, conv_v;  // [P][kernel]
     std::vector<double> decay, dt_bias, o_norm;  // [heads], [P], [D]
   };
-  struct MlpWeights {  // SiTU-GLU: dense layer 0 and the shared experts
+  struct MlpBlock {  // SiTU-GLU: dense layer 0 and the shared experts
     reference::Matrix gate, up, down;
   };
-  struct MoeWeights {
+  struct MoeBlock {
     reference::Matrix router, down_proj, up_proj;
     std::vector<double> bias, norm;
     std::vector<reference::Matrix> w1, w3, w2;  // per expert
-    MlpWeights shared;
+    MlpBlock shared;
     bool has_shared = false;
   };
   struct Layer {
     bool mla = false, dense = false;
     std::vector<double> input_norm, post_norm, attn_res_score, mlp_res_score;
-    MlaWeights mla_w;
-    KdaWeights kda_w;
-    MlpWeights mlp;
-    MoeWeights moe;
+    MlaBlock mla_w;
+    KdaBlock kda_w;
+    MlpBlock mlp;
+    MoeBlock moe;
   };
 
  private:
@@ -167,8 +167,8 @@ class ReferenceModel {
   Rows mla(const Layer& w, const Rows& x, ReferenceState::Layer& s) const;
   Rows kda(const Layer& w, const Rows& x, ReferenceState::Layer& s,
            const ReferenceOptions& options) const;
-  std::vector<double> mlp(const MlpWeights& w, std::span<const double> x) const;
-  std::vector<double> moe(const MoeWeights& w, std::span<const double> x) const;
+  std::vector<double> mlp(const MlpBlock& w, std::span<const double> x) const;
+  std::vector<double> moe(const MoeBlock& w, std::span<const double> x) const;
 
   ModelConfig config_;
   reference::Matrix embed_, lm_head_;
