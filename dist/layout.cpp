@@ -179,6 +179,37 @@ GroupKind Layout::lm_head_group() const {
   return spec_.enable_dp_lm_head ? GroupKind::kAttnTp : GroupKind::kTp;
 }
 
+Shard Layout::position(GroupKind kind, int rank) const {
+  const RankCoords c = coords(rank);
+  switch (kind) {
+    case GroupKind::kWorld:
+      return {rank, world()};
+    case GroupKind::kTp:
+      return {c.tp_rank, tp()};
+    case GroupKind::kAttnTp:
+      return {c.attn_tp_rank, attn_tp_};
+    case GroupKind::kAttnDp:
+      return {c.dp_rank, dp()};
+    case GroupKind::kMoeEp:
+      return {c.moe_ep_rank, ep()};
+    case GroupKind::kMoeTp:
+      return {c.moe_tp_rank, moe_tp_};
+    case GroupKind::kNode:
+      return {c.local_rank, ranks_per_node()};
+  }
+  throw InternalError("unknown group kind");
+}
+
+int Layout::expert_owner(int expert, int experts) const {
+  if (experts <= 0 || experts % ep() != 0) {
+    throw UsageError(str(experts) + " routed experts do not divide over --ep " + str(ep()));
+  }
+  if (expert < 0 || expert >= experts) {
+    throw InternalError("expert " + str(expert) + " outside " + str(experts));
+  }
+  return expert / (experts / ep());
+}
+
 Shard Layout::vocab_shard(int rank) const {
   const RankCoords c = coords(rank);
   if (spec_.enable_dp_lm_head) return {c.attn_tp_rank, attn_tp_};

@@ -99,6 +99,13 @@ class Layout {
   // This rank's shard of the vocabulary (LM head and embedding).
   Shard vocab_shard(int rank) const;
 
+  // Where `rank` sits in its group of `kind`: its index among the members (ascending ranks, the
+  // order its communicator numbers them) and the group's size. Weight slices follow it.
+  Shard position(GroupKind kind, int rank) const;
+  // Routed experts are split evenly over the EP group: the moe-ep rank that holds `expert` of
+  // `experts` (UsageError when `experts` does not divide over --ep).
+  int expert_owner(int expert, int experts) const;
+
   // One line: "world=64 tp=64 dp=4 (DP attention) attn_tp=16 ep=64 moe_tp=1 nodes=4x16 ...".
   std::string summary() const;
 

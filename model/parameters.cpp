@@ -169,20 +169,9 @@ SliceBox slice_for_rank(const ParamSpec& spec, const dist::Layout& layout, int r
   SliceBox box;
   box.begin.assign(spec.shape.size(), 0);
   box.end = spec.shape;
-  const dist::RankCoords c = layout.coords(rank);
   auto position = [&](GroupKind g) -> std::pair<int, int> {
-    switch (g) {
-      case GroupKind::kTp:
-        return {c.tp_rank, layout.tp()};
-      case GroupKind::kAttnTp:
-        return {c.attn_tp_rank, layout.attn_tp()};
-      case GroupKind::kMoeEp:
-        return {c.moe_ep_rank, layout.ep()};
-      case GroupKind::kMoeTp:
-        return {c.moe_tp_rank, layout.moe_tp()};
-      default:
-        return {0, 1};
-    }
+    const dist::Shard at = layout.position(g, rank);
+    return {at.index, at.count};
   };
   switch (spec.split) {
     case SplitKind::kReplicated:

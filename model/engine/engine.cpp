@@ -40,75 +40,81 @@ void absorb_dense_kv_b(const Weight& w, std::size_t heads, std::size_t N, std::s
 
 Engine::Impl::Impl(const ModelConfig& config, const WeightStore& ws, const dist::Groups& g,
                    const EngineOptions& o)
-    : c(config), opt(o), groups(g), layout(g.layout()), me(g.layout().coords(g.world().rank())) {
+    : c(config), opt(o), groups(g), layout(g.layout()) {
   if (c.is_draft()) throw InternalError("engine: a draft model cannot run as the main model");
   if (opt.slots <= 0) throw UsageError("engine: at least one sequence slot is needed");
   const bool exact = opt.exact;
   auto lin = [&](const Weight* w) { return Linear(w->view(), exact); };
   auto vec = [&](const Weight* w) { return w->floats(); };
-  auto glu = [&](const MlpWeights<const Weight*>& w) {
-    return Mlp{lin(w.gate_proj), lin(w.up_proj), lin(w.down_proj)};
+  const float beta = static_cast<float>(c.situ_beta);
+  const float linear_beta = static_cast<float>(c.situ_linear_beta);
+  auto glu = [&](const MlpWeights<const Weight*>& w, dist::GroupKind group) {
+    return ParallelMlp(lin(w.gate_proj), lin(w.up_proj), lin(w.down_proj), RowGroup(groups, group),
+                       beta, linear_beta);
   };
+  auto over_attn_tp = [&](const Weight* w) { return RowParallelLinear(lin(w), groups.attn_tp()); };
 
-  H = static_cast<std::size_t>(c.hidden_size);
-  N = static_cast<std::size_t>(c.qk_nope_head_dim);
-  R = static_cast<std::size_t>(c.qk_rope_head_dim);
-  Vd = static_cast<std::size_t>(c.v_head_dim);
-  KL = static_cast<std::size_t>(c.kv_lora_rank);
-  D = static_cast<std::size_t>(c.kda_head_dim);
-  kernel = static_cast<std::size_t>(c.kda_conv_kernel);
+  hidden = static_cast<std::size_t>(c.hidden_size);
+  nope_dim = static_cast<std::size_t>(c.qk_nope_head_dim);
+  rope_dim = static_cast<std::size_t>(c.qk_rope_head_dim);
+  v_dim = static_cast<std::size_t>(c.v_head_dim);
+  kv_lora = static_cast<std::size_t>(c.kv_lora_rank);
+  kda_dim = static_cast<std::size_t>(c.kda_head_dim);
+  conv_kernel = static_cast<std::size_t>(c.kda_conv_kernel);
   const auto a = static_cast<std::size_t>(layout.attn_tp());
   mla_heads = static_cast<std::size_t>(c.num_attention_heads) / a;
   kda_heads = static_cast<std::size_t>(c.kda_num_heads) / a;
-  P = kda_heads * D;
+  kda_width = kda_heads * kda_dim;
 
   const ModelWeights<const Weight*> w = weight_tree(ws, c, layout);
-  embed = Linear(w.embed_tokens->view(), false);  // rows are dequantized one at a time
-  embed_begin = static_cast<std::size_t>(w.embed_tokens->box.begin.at(0));
-  lm_head = lin(w.lm_head);
-  lm_begin = static_cast<std::size_t>(w.lm_head->box.begin.at(0));
+  // Rows are dequantized one at a time, never multiplied: the table stays as stored.
+  embedding = VocabParallelEmbedding(Linear(w.embed_tokens->view(), false),
+                                     static_cast<std::size_t>(w.embed_tokens->box.begin.at(0)),
+                                     groups.attn_tp());
+  lm_head = VocabParallelLmHead(lin(w.lm_head),
+                                static_cast<std::size_t>(w.lm_head->box.begin.at(0)),
+                                RowGroup(groups, layout.lm_head_group()));
   final_norm = vec(w.norm);
   output_res_score = vec(*w.output_attn_res_score);
 
+  bool experts_ready = false;
   for (const LayerWeights<const Weight*>& lw : w.layers) {
     Layer L;
-    L.mla = lw.mla.has_value();
-    L.dense = lw.mlp.has_value();
     L.input_norm = vec(lw.input_layernorm);
     L.post_norm = vec(lw.post_attention_layernorm);
     L.attn_res_score = vec(*lw.self_attention_res_score);
     L.mlp_res_score = vec(*lw.mlp_res_score);
     if (lw.mla) {
       const MlaWeights<const Weight*>& src = *lw.mla;
-      auto& m = L.mla_w;
+      auto& m = L.mla.emplace();
       m.q_a = lin(src.q_a_proj);
       m.q_a_norm = vec(src.q_a_layernorm);
       m.q_b = lin(src.q_b_proj);
       m.kv_a = lin(src.kv_a_proj_with_mqa);
       m.kv_a_norm = vec(src.kv_a_layernorm);
       m.g = lin(src.g_proj);
-      m.o = lin(src.o_proj);
+      m.o = over_attn_tp(src.o_proj);
       const Weight& kvb = *src.kv_b_proj;
       if (kvb.split_kv()) {
         // Split K [heads*kv_lora, nope] and V [heads*v, kv_lora]: already the absorbed
         // orientation, each in its own quant type (GGUF Q4_0 / Q2_K).
         const Linear k_b(kvb.k_b->view(), exact), v_b(kvb.v_b->view(), exact);
-        if (k_b.rows() != mla_heads * KL || k_b.cols() != N || v_b.rows() != mla_heads * Vd ||
-            v_b.cols() != KL) {
+        if (k_b.rows() != mla_heads * kv_lora || k_b.cols() != nope_dim ||
+            v_b.rows() != mla_heads * v_dim || v_b.cols() != kv_lora) {
           throw InternalError(kvb.name + ": split K/V shapes do not match " +
                               std::to_string(mla_heads) + " local heads");
         }
         for (std::size_t h = 0; h < mla_heads; ++h) {
-          m.k_absorb.push_back(k_b.rows_slice(h * KL, KL));
-          m.v_up.push_back(v_b.rows_slice(h * Vd, Vd));
+          m.k_absorb.push_back(k_b.rows_slice(h * kv_lora, kv_lora));
+          m.v_up.push_back(v_b.rows_slice(h * v_dim, v_dim));
         }
       } else {
-        absorb_dense_kv_b(kvb, mla_heads, N, Vd, KL, exact, m);
+        absorb_dense_kv_b(kvb, mla_heads, nope_dim, v_dim, kv_lora, exact, m);
       }
       m.cache_index = static_cast<int>(mla_layers++);
     } else {
       const KdaWeights<const Weight*>& src = *lw.kda;
-      auto& k = L.kda_w;
+      auto& k = L.kda.emplace();
       k.q = lin(src.q_proj);
       k.k = lin(src.k_proj);
       k.v = lin(src.v_proj);
@@ -122,47 +128,34 @@ Engine::Impl::Impl(const ModelConfig& config, const WeightStore& ws, const dist:
       k.dt_bias = vec(src.dt_bias);
       k.o_norm = vec(src.o_norm);
       k.g = lin(src.g_proj);
-      k.o = lin(src.o_proj);
+      k.o = over_attn_tp(src.o_proj);
       k.state_index = static_cast<int>(kda_layers++);
     }
     if (lw.mlp) {
-      L.mlp = glu(*lw.mlp);
+      L.mlp = glu(*lw.mlp, layout.dense_mlp_group());
     } else {
       const MoeWeights<const Weight*>& src = *lw.moe;
-      auto& x = L.moe;
+      auto& x = L.moe.emplace();
       x.router = lin(src.gate);
       x.bias = vec(src.e_score_correction_bias);
       x.down_proj = lin(src.routed_expert_down_proj);
       x.norm = vec(src.routed_expert_norm);
       x.up_proj = lin(src.routed_expert_up_proj);
       const Weight &w1 = *src.w1, &w3 = *src.w3, &w2 = *src.w2;
-      x.expert_begin = static_cast<int>(w1.box.begin.at(0));
       for (std::size_t i = 0; i < static_cast<std::size_t>(w1.shape.at(0)); ++i) {
         x.w1.emplace_back(w1.expert(i), exact);
         x.w3.emplace_back(w3.expert(i), exact);
         x.w2.emplace_back(w2.expert(i), exact);
       }
-      x.has_shared = src.shared_experts.has_value();
-      if (x.has_shared) x.shared = glu(*src.shared_experts);
+      if (src.shared_experts) x.shared = glu(*src.shared_experts, layout.shared_experts_group());
+      if (!experts_ready) {  // every MoE layer holds the same slice of the experts
+        experts = ExpertDispatcher(groups, c.num_experts, c.num_experts_per_token,
+                                   static_cast<std::size_t>(c.routed_expert_hidden_size),
+                                   static_cast<int>(w1.box.begin.at(0)), x.w1.size());
+        experts_ready = true;
+      }
     }
     layers.push_back(std::move(L));
-  }
-
-  // Dispatch targets: for EP owner o, the TP-communicator ranks of (o, every MoE-TP slice).
-  experts_per_owner = static_cast<std::size_t>(c.num_experts / layout.ep());
-  owner_ranks.assign(static_cast<std::size_t>(layout.ep()), {});
-  const std::vector<int> tp_members = layout.members(dist::GroupKind::kTp, me.rank);
-  for (std::size_t i = 0; i < tp_members.size(); ++i) {
-    const dist::RankCoords rc = layout.coords(tp_members[i]);
-    owner_ranks.at(static_cast<std::size_t>(rc.moe_ep_rank)).push_back(static_cast<int>(i));
-  }
-  const int leader_world = me.rank - me.attn_tp_rank;
-  tp_leader = static_cast<int>(std::find(tp_members.begin(), tp_members.end(), leader_world) -
-                               tp_members.begin());
-  if (groups.tp().rank() !=
-      static_cast<int>(std::find(tp_members.begin(), tp_members.end(), me.rank) -
-                       tp_members.begin())) {
-    throw InternalError("engine: the TP communicator's rank order differs from the layout's");
   }
   slots.resize(static_cast<std::size_t>(opt.slots));
 }
@@ -202,8 +195,8 @@ void Engine::reset_slot(int slot) {
   Slot& s = m.slots.at(static_cast<std::size_t>(slot));
   s.position = 0;
   s.mla.assign(m.mla_layers, {});
-  s.kda.assign(m.kda_layers, std::vector<float>(m.kda_heads * m.D * m.D, 0.0f));
-  s.conv.assign(m.kda_layers, std::vector<float>(3 * m.P * (m.kernel - 1), 0.0f));
+  s.kda.assign(m.kda_layers, std::vector<float>(m.kda_heads * m.kda_dim * m.kda_dim, 0.0f));
+  s.conv.assign(m.kda_layers, std::vector<float>(3 * m.kda_width * (m.conv_kernel - 1), 0.0f));
 }
 
 void Engine::copy_slot(int from, int to) {
@@ -217,7 +210,7 @@ std::size_t Engine::position(int slot) const {
 
 StepResult Engine::step(std::span<const StepSequence> batch) {
   Impl& m = *impl_;
-  const std::size_t H = m.H;
+  const std::size_t H = m.hidden;
   BatchRows br;
   std::vector<std::int32_t> ids;
   for (const auto& s : batch) {
@@ -245,7 +238,7 @@ StepResult Engine::step(std::span<const StepSequence> batch) {
 
   // Section 2.0: h is the stream; banks hold the raw block inputs of this forward pass.
   Rows h, p, x(T * H), xn(T * H), a, y(T * H), f;
-  m.embed_tokens(ids, h);
+  m.embedding.lookup(ids, H, h);
   std::vector<Rows> banks;
   std::vector<const float*> src;
   auto mix = [&](const Rows& current, std::span<const float> score, Rows& dst) {
@@ -282,9 +275,9 @@ StepResult Engine::step(std::span<const StepSequence> batch) {
     if (reset) banks.push_back(p);  // bank the RAW layer input (layer 0 banks the embedding)
     rms_norm(x.data(), T, H, L.input_norm, eps, xn.data());
     if (L.mla) {
-      m.mla(L, xn, batch, br, a);
+      m.mla(*L.mla, xn, batch, br, a);
     } else {
-      m.kda(L, xn, batch, br, a);
+      m.kda(*L.kda, xn, batch, br, a);
     }
     if (reset) {
       p = a;  // the residual stream restarts from the attention output
@@ -293,10 +286,10 @@ StepResult Engine::step(std::span<const StepSequence> batch) {
     }
     mix(p, L.mlp_res_score, y);
     rms_norm(y.data(), T, H, L.post_norm, eps, y.data());
-    if (L.dense) {
-      m.mlp_over(L.mlp, m.layout.dense_mlp_group(), y, T, f);
+    if (L.mlp) {
+      L.mlp->apply(y, T, f);
     } else {
-      m.moe(L.moe, y, T, f);
+      m.moe(*L.moe, y, T, f);
     }
     h = std::move(p);
     for (std::size_t i = 0; i < T * H; ++i) h[i] += f[i];

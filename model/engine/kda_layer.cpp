@@ -6,7 +6,6 @@
 
 #include <oneapi/tbb/parallel_for.h>
 
-#include "dist/collectives.h"
 #include "model/engine/kda.h"
 #include "model/engine/ops.h"
 
@@ -15,9 +14,10 @@ namespace k3::model::engine {
 using namespace detail;
 
 // Section 2.4, KDA over this rank's heads.
-void Engine::Impl::kda(const Layer& L, const Rows& x, std::span<const StepSequence> batch,
+void Engine::Impl::kda(const KdaLayer& w, const Rows& x, std::span<const StepSequence> batch,
                        const BatchRows& br, Rows& out) {
-  const KdaLayer& w = L.kda_w;
+  // The section's notation: hidden H, head dim D, this rank's projection width P = heads x D.
+  const std::size_t H = hidden, D = kda_dim, P = kda_width, kernel = conv_kernel;
   const std::size_t T = br.total;
   const std::size_t past = kernel - 1;
   Rows q(T * P), k(T * P), v(T * P), fa(T * D), z(T * P), b(T * kda_heads), gate(T * P);
@@ -108,11 +108,7 @@ void Engine::Impl::kda(const Layer& L, const Rows& x, std::span<const StepSequen
     }
   });
   out.assign(T * H, 0.0f);
-  w.o.apply(o, T, out);
-  if (layout.attn_tp() > 1) dist::allreduce_sum_ordered(groups.attn_tp(), std::span<float>(out));
+  w.o.apply(o, T, out);  // row-parallel: summed over attention TP
 }
-
-// SiTU-GLU over this rank's intermediate slice, reduced over `group`. Over TP under DP
-// attention the rows of every DP group are gathered first (each group brings its own batch).
 
 }  // namespace k3::model::engine

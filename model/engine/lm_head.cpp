@@ -6,18 +6,15 @@
 #include <cmath>
 #include <limits>
 
-#include "dist/collectives.h"
 #include "model/engine/sampling.h"
 
 namespace k3::model::engine {
 
 using namespace detail;
 
-void Engine::Impl::lm_head_outputs(const Rows& hidden, std::span<const StepSequence> batch,
+void Engine::Impl::lm_head_outputs(const Rows& final_rows, std::span<const StepSequence> batch,
                                    const std::vector<std::size_t>& row_seq,
                                    const std::vector<std::size_t>& row_pos, StepResult& result) {
-  const dist::GroupKind group = layout.lm_head_group();
-  const dist::Comm& comm = comm_over(group);
   const std::size_t n = row_seq.size();
 
   // Per row: temperature (its bits), seed, position, and whether its sequence wants full logits;
@@ -34,18 +31,13 @@ void Engine::Impl::lm_head_outputs(const Rows& hidden, std::span<const StepSeque
     keys[r * kKeys + 2] = row_pos[r];
     keys[r * kKeys + 3] = batch[row_seq[r]].output == StepSequence::Output::kAllLogits ? 1 : 0;
   }
-  const Gathered in = rows_over(group, hidden, n, H);
-  std::vector<std::uint64_t> all_keys = keys;
-  if (gathers_over_tp(group)) {
-    const std::span<const std::uint64_t> mine = me.attn_tp_rank == 0
-                                                    ? std::span<const std::uint64_t>(keys)
-                                                    : std::span<const std::uint64_t>();
-    all_keys = dist::allgatherv(groups.tp(), mine).data;
-  }
-  const std::size_t VL = lm_head.rows();
+  const auto in = lm_head.rows().gather(final_rows, n, hidden);
+  const std::vector<std::uint64_t> all_keys = lm_head.rows().gather(keys, n, kKeys).rows;
+  const std::size_t lm_begin = lm_head.first_row();
+  const std::size_t VL = lm_head.shard().rows();
   const std::size_t V = static_cast<std::size_t>(c.vocab_size);
   Rows logits(in.total * VL);
-  lm_head.apply(in.rows, in.total, logits);
+  lm_head.shard().apply(in.rows, in.total, logits);
 
   std::vector<float> best(in.total);
   std::vector<std::int32_t> best_id(in.total);
@@ -76,8 +68,7 @@ void Engine::Impl::lm_head_outputs(const Rows& hidden, std::span<const StepSeque
     best[r] = top;
     best_id[r] = arg;
   }
-  if (comm.size() > 1)
-    dist::allreduce_maxloc(comm, std::span<float>(best), std::span<std::int32_t>(best_id));
+  lm_head.reduce_best(best, best_id);
 
   result.next.assign(batch.size(), -1);
   for (std::size_t r = 0; r < n; ++r) result.next[row_seq[r]] = best_id[in.mine + r];
@@ -88,21 +79,7 @@ void Engine::Impl::lm_head_outputs(const Rows& hidden, std::span<const StepSeque
   for (std::size_t r = 0; r < in.total; ++r)
     gather_logits = gather_logits || all_keys[r * kKeys + 3] != 0;
   if (!gather_logits) return;
-  Rows full;
-  if (comm.size() > 1) {
-    const auto shards = dist::allgatherv(comm, std::span<const float>(logits));
-    full.assign(in.total * V, 0.0f);
-    for (std::size_t m = 0; m < static_cast<std::size_t>(comm.size()); ++m) {
-      const std::size_t cols =
-          static_cast<std::size_t>(shards.counts[m]) / std::max<std::size_t>(in.total, 1);
-      const std::size_t begin = cols * m;  // equal vocabulary shards in rank order
-      for (std::size_t r = 0; r < in.total; ++r)
-        std::copy_n(&shards.data[static_cast<std::size_t>(shards.displs[m]) + r * cols], cols,
-                    &full[r * V + begin]);
-    }
-  } else {
-    full = std::move(logits);
-  }
+  const Rows full = lm_head.gather_vocabulary(logits, in.total, V);
   for (std::size_t i = 0; i < batch.size(); ++i) {
     if (batch[i].output != StepSequence::Output::kAllLogits) continue;
     std::vector<float> rows;

@@ -6,7 +6,6 @@
 
 #include <oneapi/tbb/parallel_for.h>
 
-#include "dist/collectives.h"
 #include "model/engine/ops.h"
 #include "quant/gemm_f32.h"
 #include "quant/reference.h"
@@ -17,9 +16,10 @@ using namespace detail;
 
 // Section 2.3, gated NoPE MLA in the absorbed form: attention runs over the cached normed
 // latent and shared k_rot, per head q_lat = K_h^T q_nope and o_h = V_h (sum_j alpha_j latent_j).
-void Engine::Impl::mla(const Layer& L, const Rows& x, std::span<const StepSequence> batch,
+void Engine::Impl::mla(const MlaLayer& w, const Rows& x, std::span<const StepSequence> batch,
                        const BatchRows& br, Rows& out) {
-  const MlaLayer& w = L.mla_w;
+  // The section's notation: hidden H, per-head nope N and rope R dims, v dim Vd, latent KL.
+  const std::size_t H = hidden, N = nope_dim, R = rope_dim, Vd = v_dim, KL = kv_lora;
   const std::size_t T = br.total;
   const std::size_t QL = static_cast<std::size_t>(c.q_lora_rank);
   const std::size_t QH = N + R;
@@ -121,8 +121,7 @@ void Engine::Impl::mla(const Layer& L, const Rows& x, std::span<const StepSequen
       }
   });
   out.assign(T * H, 0.0f);
-  w.o.apply(o, T, out);
-  if (layout.attn_tp() > 1) dist::allreduce_sum_ordered(groups.attn_tp(), std::span<float>(out));
+  w.o.apply(o, T, out);  // row-parallel: summed over attention TP
 }
 
 }  // namespace k3::model::engine

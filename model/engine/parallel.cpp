@@ -1,50 +1,312 @@
-// The parallel pieces every block shares: the vocabulary-parallel embedding and the gather of
-// the DP groups' rows over TP under DP attention.
-#include "model/engine/engine_impl.h"
+// The parallel-layer tier (parallel.h): every collective of a forward step is issued here.
+#include "model/engine/parallel.h"
 
-#include <span>
+#include <algorithm>
+#include <cstring>
+#include <string>
 
+#include <oneapi/tbb/parallel_for.h>
+
+#include "common/error.h"
 #include "dist/collectives.h"
 #include "quant/reference.h"
 
 namespace k3::model::engine {
 
-using namespace detail;
+// --- RowGroup ---
 
-void Engine::Impl::embed_tokens(std::span<const std::int32_t> ids, Rows& h) const {
-  // Vocabulary-parallel over the attention-TP group: each rank fills the rows it holds.
-  h.assign(ids.size() * H, 0.0f);
-  const std::size_t rows = embed.rows();
-  for (std::size_t t = 0; t < ids.size(); ++t) {
-    const auto id = static_cast<std::size_t>(ids[t]);
-    if (id >= embed_begin && id < embed_begin + rows) {
-      quant::dequantize_row(embed.view(), id - embed_begin, std::span<float>(h).subspan(t * H, H));
-    }
+RowGroup::RowGroup(const dist::Groups& groups, dist::GroupKind group) : groups_(&groups) {
+  const dist::Layout& layout = groups.layout();
+  const dist::RankCoords me = layout.coords(groups.world().rank());
+  gathers_ = group == dist::GroupKind::kTp && layout.tp() != layout.attn_tp();
+  comm_ = &groups.get(group);
+  contributes_ = me.attn_tp_rank == 0;
+  // The TP group's ranks are numbered by tp_rank; a DP group's first rank sits attn_tp_rank
+  // places before this one.
+  leader_ = me.tp_rank - me.attn_tp_rank;
+  if (groups.tp().rank() != layout.position(dist::GroupKind::kTp, me.rank).index) {
+    throw InternalError("engine: the TP communicator's rank order differs from the layout's");
   }
-  if (layout.attn_tp() > 1) dist::allreduce_sum_ordered(groups.attn_tp(), std::span<float>(h));
 }
 
-Engine::Impl::Gathered Engine::Impl::rows_over(dist::GroupKind group, const Rows& x, std::size_t n,
-                                               std::size_t width) const {
-  Gathered g;
-  if (!gathers_over_tp(group)) {
-    g.rows = x;
-    g.rows.resize(n * width);
+template <class T>
+RowGroup::Gathered<T> RowGroup::gather_rows(std::span<const T> x, std::size_t n,
+                                            std::size_t width) const {
+  Gathered<T> g;
+  if (!gathers_) {
+    g.rows.assign(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n * width));
     g.total = n;
     return g;
   }
-  // Each DP group's rows, contributed by its first attention-TP rank.
-  const std::span<const float> mine =
-      me.attn_tp_rank == 0 ? std::span<const float>(x).first(n * width) : std::span<const float>();
-  auto all = dist::allgatherv(groups.tp(), mine);
-  g.mine = static_cast<std::size_t>(all.displs[static_cast<std::size_t>(tp_leader)]) / width;
-  g.total = all.data.size() / width;
+  const std::span<const T> mine = contributes_ ? x.first(n * width) : std::span<const T>();
+  auto all = dist::allgatherv(groups_->tp(), mine);
+  g.mine = width == 0 ? 0 : static_cast<std::size_t>(all.displs[static_cast<std::size_t>(leader_)]) / width;
+  g.total = width == 0 ? 0 : all.data.size() / width;
   g.rows = std::move(all.data);
   return g;
 }
 
-const dist::Comm& Engine::Impl::comm_over(dist::GroupKind group) const {
-  return gathers_over_tp(group) ? groups.tp() : groups.get(group);
+RowGroup::Gathered<float> RowGroup::gather(std::span<const float> x, std::size_t n,
+                                           std::size_t width) const {
+  return gather_rows(x, n, width);
+}
+
+RowGroup::Gathered<std::uint64_t> RowGroup::gather(std::span<const std::uint64_t> x,
+                                                   std::size_t n, std::size_t width) const {
+  return gather_rows(x, n, width);
+}
+
+// --- RowParallelLinear ---
+
+void RowParallelLinear::apply(std::span<const float> x, std::size_t n, std::span<float> y) const {
+  local_.apply(x, n, y);
+  if (comm_->size() > 1) dist::allreduce_sum_ordered(*comm_, y.first(n * local_.rows()));
+}
+
+// --- ParallelMlp ---
+
+ParallelMlp::ParallelMlp(Linear gate, Linear up, Linear down, RowGroup rows, float situ_beta,
+                         float situ_linear_beta)
+    : gate_(std::move(gate)),
+      up_(std::move(up)),
+      down_(std::move(down), rows.comm()),
+      rows_(rows),
+      situ_beta_(situ_beta),
+      situ_linear_beta_(situ_linear_beta) {}
+
+void ParallelMlp::apply(std::span<const float> x, std::size_t n, Rows& out) const {
+  const std::size_t hidden = gate_.cols();
+  const auto in = rows_.gather(x, n, hidden);
+  const std::size_t inner = gate_.rows();
+  Rows g(in.total * inner), u(in.total * inner), y(in.total * hidden, 0.0f);
+  SharedInput shared(in.rows, in.total);
+  shared.apply(gate_, g);
+  shared.apply(up_, u);
+  situ_rows(g, u, situ_beta_, situ_linear_beta_);
+  down_.apply(g, in.total, y);
+  out.assign(y.begin() + static_cast<std::ptrdiff_t>(in.mine * hidden),
+             y.begin() + static_cast<std::ptrdiff_t>((in.mine + n) * hidden));
+}
+
+// --- VocabParallelEmbedding ---
+
+void VocabParallelEmbedding::lookup(std::span<const std::int32_t> ids, std::size_t width,
+                                    Rows& out) const {
+  out.assign(ids.size() * width, 0.0f);
+  const std::size_t rows = table_.rows();
+  for (std::size_t t = 0; t < ids.size(); ++t) {
+    const auto id = static_cast<std::size_t>(ids[t]);
+    if (id >= first_row_ && id < first_row_ + rows) {
+      quant::dequantize_row(table_.view(), id - first_row_,
+                            std::span<float>(out).subspan(t * width, width));
+    }
+  }
+  if (comm_->size() > 1) dist::allreduce_sum_ordered(*comm_, std::span<float>(out));
+}
+
+// --- VocabParallelLmHead ---
+
+void VocabParallelLmHead::reduce_best(std::span<float> best, std::span<std::int32_t> token) const {
+  if (rows_.comm().size() > 1) dist::allreduce_maxloc(rows_.comm(), best, token);
+}
+
+Rows VocabParallelLmHead::gather_vocabulary(const Rows& logits, std::size_t n,
+                                            std::size_t vocab) const {
+  const dist::Comm& comm = rows_.comm();
+  if (comm.size() == 1) return logits;
+  const auto shards = dist::allgatherv(comm, std::span<const float>(logits));
+  Rows full(n * vocab, 0.0f);
+  for (std::size_t m = 0; m < static_cast<std::size_t>(comm.size()); ++m) {
+    const std::size_t cols = static_cast<std::size_t>(shards.counts[m]) / std::max<std::size_t>(n, 1);
+    const std::size_t begin = cols * m;  // equal vocabulary shards in rank order
+    for (std::size_t r = 0; r < n; ++r)
+      std::copy_n(&shards.data[static_cast<std::size_t>(shards.displs[m]) + r * cols], cols,
+                  &full[r * vocab + begin]);
+  }
+  return full;
+}
+
+// --- TokenShares ---
+
+TokenShares::TokenShares(const dist::Comm& attn_tp, std::size_t n) : comm_(&attn_tp), n_(n) {
+  const auto size = static_cast<std::size_t>(attn_tp.size());
+  for (std::size_t t = static_cast<std::size_t>(attn_tp.rank()); t < n; t += size)
+    mine_.push_back(t);
+}
+
+Rows TokenShares::assemble(std::span<const float> rows, std::size_t width) const {
+  const auto size = static_cast<std::size_t>(comm_->size());
+  if (size == 1) return Rows(rows.begin(), rows.end());
+  std::vector<int> counts(size);  // rank r holds tokens r, r + size, ...
+  for (std::size_t r = 0; r < size; ++r)
+    counts[r] = static_cast<int>((n_ > r ? (n_ - r + size - 1) / size : 0) * width);
+  const auto all = dist::allgatherv(*comm_, rows, std::move(counts));
+  Rows out(n_ * width);
+  for (std::size_t r = 0; r < size; ++r) {
+    const float* src = all.data.data() + all.displs[r];
+    for (std::size_t t = r, i = 0; t < n_; t += size, ++i)
+      std::copy_n(src + i * width, width, &out[t * width]);
+  }
+  return out;
+}
+
+// --- ExpertDispatcher ---
+
+ExpertDispatcher::ExpertDispatcher(const dist::Groups& groups, int num_experts, int top_k,
+                                   std::size_t latent, int first_local_expert,
+                                   std::size_t local_experts)
+    : groups_(&groups),
+      top_k_(static_cast<std::size_t>(top_k)),
+      latent_(latent),
+      first_local_(first_local_expert),
+      local_(local_experts) {
+  const dist::Layout& layout = groups.layout();
+  const int me = groups.world().rank();
+  for (int e = 0; e < num_experts; ++e) owner_of_.push_back(layout.expert_owner(e, num_experts));
+  if (groups.moe_ep().rank() != layout.position(dist::GroupKind::kMoeEp, me).index ||
+      groups.moe_tp().rank() != layout.position(dist::GroupKind::kMoeTp, me).index) {
+    throw InternalError("engine: the MoE communicators' rank order differs from the layout's");
+  }
+}
+
+Rows ExpertDispatcher::run(std::span<const Route> routes, std::span<const float> z, std::size_t n,
+                           const LocalExpert& expert) const {
+  const std::size_t k = top_k_, width = latent_;
+  const std::size_t ids_bytes = k * sizeof(std::int32_t);
+  const std::size_t weights_bytes = k * sizeof(float);
+  const std::size_t latent_at = ids_bytes + weights_bytes;
+  const std::size_t rec = latent_at + width * sizeof(float);
+  auto put = [&](char* at, const std::int32_t* ids, const float* weights, const void* latent) {
+    std::memcpy(at, ids, ids_bytes);
+    std::memcpy(at + ids_bytes, weights, weights_bytes);
+    std::memcpy(at + latent_at, latent, width * sizeof(float));
+  };
+
+  // 1. The moe-tp group's tokens, so that every slice of an expert sees the same rows: one record
+  //    per token with all its routes.
+  const dist::Comm& moe_tp = groups_->moe_tp();
+  std::vector<char> tokens(n * rec);
+  {
+    std::vector<std::int32_t> ids(k);
+    std::vector<float> weights(k);
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t r = 0; r < k; ++r) {
+        ids[r] = routes[i * k + r].expert;
+        weights[r] = routes[i * k + r].weight;
+      }
+      put(&tokens[i * rec], ids.data(), weights.data(), &z[i * width]);
+    }
+  }
+  std::size_t first_mine = 0;  // this rank's tokens among the group's
+  if (moe_tp.size() > 1) {
+    auto all = dist::allgatherv(moe_tp, std::span<const char>(tokens));
+    first_mine = static_cast<std::size_t>(all.displs[static_cast<std::size_t>(moe_tp.rank())]) / rec;
+    tokens = std::move(all.data);
+  }
+  const std::size_t group_tokens = tokens.size() / rec;
+
+  // 2. Dispatch over moe-ep: per token one record for each owner of its routes (in owner order),
+  //    the ids of routes another owner serves set to -1.
+  const dist::Comm& ep = groups_->moe_ep();
+  const std::size_t owners = static_cast<std::size_t>(ep.size());
+  std::vector<std::vector<char>> per_owner(owners);
+  std::vector<std::vector<std::size_t>> sent_token(owners);
+  std::vector<std::int32_t> ids(k), masked(k);
+  std::vector<float> weights(k), masked_weights(k);
+  std::vector<std::size_t> token_owners;
+  for (std::size_t i = 0; i < group_tokens; ++i) {
+    const char* record = &tokens[i * rec];
+    std::memcpy(ids.data(), record, ids_bytes);
+    std::memcpy(weights.data(), record + ids_bytes, weights_bytes);
+    token_owners.clear();
+    for (std::size_t r = 0; r < k; ++r)
+      token_owners.push_back(static_cast<std::size_t>(owner_of_.at(static_cast<std::size_t>(ids[r]))));
+    std::sort(token_owners.begin(), token_owners.end());
+    token_owners.erase(std::unique(token_owners.begin(), token_owners.end()), token_owners.end());
+    for (std::size_t owner : token_owners) {
+      for (std::size_t r = 0; r < k; ++r) {
+        const bool here = static_cast<std::size_t>(owner_of_[static_cast<std::size_t>(ids[r])]) == owner;
+        masked[r] = here ? ids[r] : -1;
+        masked_weights[r] = here ? weights[r] : 0.0f;
+      }
+      auto& buf = per_owner[owner];
+      const std::size_t at = buf.size();
+      buf.resize(at + rec);
+      put(&buf[at], masked.data(), masked_weights.data(), record + latent_at);
+      sent_token[owner].push_back(i);
+    }
+  }
+  std::vector<char> send;
+  std::vector<int> counts(owners);
+  for (std::size_t d = 0; d < owners; ++d) {
+    counts[d] = dist::checked_count(per_owner[d].size(), "MoE dispatch");
+    send.insert(send.end(), per_owner[d].begin(), per_owner[d].end());
+  }
+  const auto recv = dist::alltoallv(ep, std::span<const char>(send), counts);
+
+  // 3. The owner side: the received (record, weight) pairs grouped by local expert, each expert
+  //    run once over its rows (in parallel), the weighted outputs summed per record in expert
+  //    order (the same sum whatever ran first).
+  const std::size_t nrec = recv.data.size() / rec;
+  std::vector<std::vector<std::pair<std::size_t, float>>> by_expert(local_);
+  for (std::size_t r = 0; r < nrec; ++r) {
+    std::memcpy(ids.data(), &recv.data[r * rec], ids_bytes);
+    std::memcpy(weights.data(), &recv.data[r * rec + ids_bytes], weights_bytes);
+    for (std::size_t j = 0; j < k; ++j) {
+      if (ids[j] < 0) continue;
+      const std::int64_t e = std::int64_t{ids[j]} - first_local_;
+      if (e < 0 || static_cast<std::size_t>(e) >= local_)
+        throw InternalError("MoE dispatch: expert " + std::to_string(ids[j]) + " is not local");
+      by_expert[static_cast<std::size_t>(e)].emplace_back(r, weights[j]);
+    }
+  }
+  std::vector<Rows> expert_out(local_);
+  oneapi::tbb::parallel_for(std::size_t{0}, local_, [&](std::size_t e) {
+    const auto& rows = by_expert[e];
+    if (rows.empty()) return;
+    const std::size_t m = rows.size();
+    Rows in(m * width);
+    for (std::size_t i = 0; i < m; ++i)
+      std::memcpy(&in[i * width], &recv.data[rows[i].first * rec + latent_at],
+                  width * sizeof(float));
+    expert(e, in, m, expert_out[e]);
+  });
+  Rows back(nrec * width, 0.0f);
+  for (std::size_t e = 0; e < local_; ++e) {
+    const auto& rows = by_expert[e];
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      float* dst = &back[rows[i].first * width];
+      const float wt = rows[i].second;
+      const float* d = &expert_out[e][i * width];
+      for (std::size_t j = 0; j < width; ++j) dst[j] += wt * d[j];
+    }
+  }
+
+  // 4. Back to the senders: one latent row per record each sent (so the receive counts are known).
+  std::vector<int> back_counts(owners), returned_counts(owners);
+  for (std::size_t s = 0; s < owners; ++s) {
+    back_counts[s] = recv.counts[s] / static_cast<int>(rec) * static_cast<int>(width);
+    returned_counts[s] = static_cast<int>(sent_token[s].size() * width);
+  }
+  const auto returned =
+      dist::alltoallv(ep, std::span<const float>(back), back_counts, std::move(returned_counts));
+  Rows y(group_tokens * width, 0.0f);
+  for (std::size_t src = 0; src < owners; ++src) {
+    const float* part = returned.data.data() + returned.displs[src];
+    for (std::size_t j = 0; j < sent_token[src].size(); ++j) {
+      float* dst = &y[sent_token[src][j] * width];
+      for (std::size_t l = 0; l < width; ++l) dst[l] += part[j * width + l];
+    }
+  }
+
+  // 5. Each expert slice gave a partial output: the moe-tp group sums them (in rank order) and
+  //    this rank keeps its own tokens.
+  if (moe_tp.size() > 1) {
+    dist::allreduce_sum_ordered(moe_tp, std::span<float>(y));
+    return Rows(y.begin() + static_cast<std::ptrdiff_t>(first_mine * width),
+                y.begin() + static_cast<std::ptrdiff_t>((first_mine + n) * width));
+  }
+  return y;
 }
 
 }  // namespace k3::model::engine

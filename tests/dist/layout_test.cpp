@@ -163,6 +163,11 @@ void check_partition(const Layout& layout) {
     ASSERT_EQ(position(GroupKind::kMoeEp), c.moe_ep_rank);
     ASSERT_EQ(position(GroupKind::kMoeTp), c.moe_tp_rank);
     ASSERT_EQ(position(GroupKind::kNode), c.local_rank);
+    for (GroupKind kind : kAllGroupKinds) {  // what weight slices and communicators rely on
+      const k3::dist::Shard at = layout.position(kind, r);
+      ASSERT_EQ(at.index, position(kind)) << group_kind_name(kind);
+      ASSERT_EQ(at.count, layout.group_size(kind)) << group_kind_name(kind);
+    }
     ASSERT_EQ(r, c.dp_rank * layout.attn_tp() + c.attn_tp_rank);
     // Attention-TP and EP groups never leave their TP group.
     for (int m : layout.members(GroupKind::kAttnTp, r)) ASSERT_EQ(m / layout.tp(), c.tp_group);
@@ -195,6 +200,16 @@ TEST(Layout, PartitionPropertyOverManyLayouts) {
     }
   }
   EXPECT_GT(checked, 1000);
+}
+
+TEST(Layout, ExpertOwnerIsTheMoeEpRankHoldingTheExpert) {
+  LayoutSpec spec = production();  // ep 64
+  const Layout layout = Layout::make(spec);
+  EXPECT_EQ(layout.expert_owner(0, 128), 0);
+  EXPECT_EQ(layout.expert_owner(1, 128), 0);
+  EXPECT_EQ(layout.expert_owner(2, 128), 1);
+  EXPECT_EQ(layout.expert_owner(127, 128), 63);
+  EXPECT_THROW(layout.expert_owner(0, 96), UsageError);
 }
 
 std::string rejection(const LayoutSpec& spec) {
