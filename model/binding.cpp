@@ -136,7 +136,8 @@ class Binder {
     }
     for (const StoredPart& p : b.parts) {
       if (p.stored.size() != p.tensors.size())
-        throw InternalError("binding " + b.spec.name + ": part " + std::string(part_role_name(p.role)) + " is not resolved");
+        throw InternalError("binding " + b.spec.name + ": part " +
+                            std::string(part_role_name(p.role)) + " is not resolved");
     }
     return b;
   }
@@ -336,8 +337,8 @@ class Binder {
                 " output rows; W4A8 version 1.0.0 packs them in pairs");
         return;
       }
-      want(PartRole::kWeight, name, DType::kI8, {packed_rows ? N / 2 : N, K}, packed_rows ? 2 : 1, 1, false,
-           true);
+      want(PartRole::kWeight, name, DType::kI8, {packed_rows ? N / 2 : N, K}, packed_rows ? 2 : 1,
+           1, false, true);
       want(PartRole::kScale, base + ".weight_scale", DType::kF32, {N, 1}, 1, 1, true, true);
       want(PartRole::kOffset, base + ".weight_offset", DType::kF32, {N, 1}, 1, 1, true, false);
       if (d.group_size > 0) {
@@ -346,10 +347,10 @@ class Binder {
                   " columns, not a multiple of group_size " + std::to_string(d.group_size));
           return;
         }
-        want(PartRole::kGroupScale, base + ".weight_scale_second", DType::kF32, {N, K / d.group_size}, 1,
-             d.group_size, false, true);
-        want(PartRole::kGroupOffset, base + ".weight_offset_second", DType::kF32, {N, K / d.group_size}, 1,
-             d.group_size, false, false);
+        want(PartRole::kGroupScale, base + ".weight_scale_second", DType::kF32,
+             {N, K / d.group_size}, 1, d.group_size, false, true);
+        want(PartRole::kGroupOffset, base + ".weight_offset_second", DType::kF32,
+             {N, K / d.group_size}, 1, d.group_size, false, false);
       }
     }
     for (auto& [p, required] : wanted) {
@@ -393,10 +394,9 @@ class Binder {
       if (!b.parts.empty()) dense(b, r, b.parts.front().dtype, name);
     } else {
       r.type = is_int4 ? quant::Type::kModelSlimInt4 : quant::Type::kModelSlimInt8;
-      r.text =
-          "ModelSlim " + scheme +
-          (is_int4 && d.group_size > 0 ? " group " + std::to_string(d.group_size)
-                                                        : std::string(""));
+      r.text = "ModelSlim " + scheme +
+               (is_int4 && d.group_size > 0 ? " group " + std::to_string(d.group_size)
+                                            : std::string(""));
     }
   }
 
@@ -660,8 +660,8 @@ BindResult bind_parameters(const Checkpoint& checkpoint, const std::vector<Param
                                   : true);
     if (language) {
       out.problems.push_back(context_of(fmt) + "unexpected tensor '" + name + "' (" +
-                             std::string(dtype_name(t->entry.dtype)) + " " +
-                             dims(t->entry.shape) + ") in " + checkpoint.files()[t->file] +
+                             std::string(dtype_name(t->entry.dtype)) + " " + dims(t->entry.shape) +
+                             ") in " + checkpoint.files()[t->file] +
                              ": no Kimi-K3 parameter of this config is stored under that name");
     } else {
       out.ignored.push_back(name);

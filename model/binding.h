@@ -19,20 +19,20 @@ namespace k3::model {
 
 // What a stored part is to its parameter: the loader assembles a Weight from its parts by role.
 enum class PartRole : std::uint8_t {
-  kWeight,        // the tensor itself, as stored (matrix, vector, ggml blocks, ModelSlim int8)
-  kPacked,        // compressed-tensors MXFP4 nibbles (weight_packed)
-  kE8m0,          // their E8M0 scale per 32 columns (weight_scale)
-  kScale,         // ModelSlim per-row scale
-  kOffset,        // ModelSlim per-row offset
-  kGroupScale,    // ModelSlim W4A8 per-group scale
-  kGroupOffset,   // ModelSlim W4A8 per-group offset
-  kSplitK,        // GGUF split MLA kv_b: K [heads, kv_lora, nope]
-  kSplitV,        // GGUF split MLA kv_b: V [heads, v, kv_lora]
-  kScore,         // AttnRes score stored folded
-  kScoreNorm,     // AttnRes norm weight, folded with kScoreProj at load
-  kScoreProj,     // AttnRes projection
-  kSsmA,          // KDA decay stored as -exp(A_log) (GGUF ssm_a)
-  kALog,          // KDA A_log, exponentiated at load
+  kWeight,       // the tensor itself, as stored (matrix, vector, ggml blocks, ModelSlim int8)
+  kPacked,       // compressed-tensors MXFP4 nibbles (weight_packed)
+  kE8m0,         // their E8M0 scale per 32 columns (weight_scale)
+  kScale,        // ModelSlim per-row scale
+  kOffset,       // ModelSlim per-row offset
+  kGroupScale,   // ModelSlim W4A8 per-group scale
+  kGroupOffset,  // ModelSlim W4A8 per-group offset
+  kSplitK,       // GGUF split MLA kv_b: K [heads, kv_lora, nope]
+  kSplitV,       // GGUF split MLA kv_b: V [heads, v, kv_lora]
+  kScore,        // AttnRes score stored folded
+  kScoreNorm,    // AttnRes norm weight, folded with kScoreProj at load
+  kScoreProj,    // AttnRes projection
+  kSsmA,         // KDA decay stored as -exp(A_log) (GGUF ssm_a)
+  kALog,         // KDA A_log, exponentiated at load
 };
 // The role's short name in messages and plans ("weight", "k_b", "e8m0", ...).
 std::string_view part_role_name(PartRole role);

@@ -167,7 +167,8 @@ auto map_weights(const ModelWeights<T>& in, Fn&& fn) {
   detail::engage_like(out.hidden_norm, in.hidden_norm);
   detail::engage_like(out.output_attn_res_score, in.output_attn_res_score);
   out.layers.resize(in.layers.size());
-  for (std::size_t l = 0; l < in.layers.size(); ++l) detail::engage_like(out.layers[l], in.layers[l]);
+  for (std::size_t l = 0; l < in.layers.size(); ++l)
+    detail::engage_like(out.layers[l], in.layers[l]);
   auto assign = [&](const T& from, U& to) { to = fn(from); };
   ModelWeights<T>::fields(assign, in, out);
   return out;

@@ -11,8 +11,8 @@
 #include <mutex>
 #include <optional>
 
-#include "model/file.h"
 #include "common/error.h"
+#include "model/file.h"
 #include "quant/types.h"
 
 namespace k3::model {
@@ -51,7 +51,7 @@ struct Destination {
 
 struct ParamBuffers {
   std::map<PartRole, Bytes> by_role;
-  std::map<PartRole, WeightBytes> mapped;  // roles read in place from a mapped shard
+  std::map<PartRole, WeightBytes> mapped;                 // roles read in place from a mapped shard
   std::map<PartRole, std::vector<WeightBytes>> segments;  // per-expert roles, in place
   std::map<PartRole, DType> dtype;
   std::map<PartRole, std::vector<std::int64_t>> extent;  // of the first read of the role
@@ -69,10 +69,10 @@ WeightBytes take(ParamBuffers& b, PartRole role) {
 
 // Per-expert routed-expert tensors (hf, modelslim) stay in place, one segment per expert, when
 // each expert's slice is one contiguous range (no MoE-TP column split).
-bool segmentable(const PlannedParam& b, PartRole role,
-                 const std::vector<const PartRead*>& reads) {
+bool segmentable(const PlannedParam& b, PartRole role, const std::vector<const PartRead*>& reads) {
   if (b.spec.family != ParamFamily::kRoutedExpert || reads.size() < 2) return false;
-  if (role != PartRole::kWeight && role != PartRole::kPacked && role != PartRole::kE8m0) return false;
+  if (role != PartRole::kWeight && role != PartRole::kPacked && role != PartRole::kE8m0)
+    return false;
   for (const PartRead* r : reads) {
     if (r->runs.size() != 1 || !(r->runs[0].count == 1 || r->runs[0].stride == r->runs[0].length))
       return false;
@@ -82,8 +82,7 @@ bool segmentable(const PlannedParam& b, PartRole role,
 
 // A role can stay in the mapped file when it is one contiguous range used as it is stored:
 // a matrix (no conversion), read by a single run (no column slice, no per-expert gathering).
-bool mappable(const PlannedParam& b, PartRole role,
-              const std::vector<const PartRead*>& reads) {
+bool mappable(const PlannedParam& b, PartRole role, const std::vector<const PartRead*>& reads) {
   const ParamFamily f = b.spec.family;
   if (f == ParamFamily::kVector || f == ParamFamily::kAttnResScore || f == ParamFamily::kKdaDecay)
     return false;
@@ -139,7 +138,8 @@ Weight materialize(const PlannedParam& pp, ParamBuffers& bufs) {
     }
     case ParamFamily::kMlaKvB:
       if (has(bufs, PartRole::kSplitK)) {
-        for (auto [role, slot] : {std::pair{PartRole::kSplitK, &w.k_b}, std::pair{PartRole::kSplitV, &w.v_b}}) {
+        for (auto [role, slot] :
+             {std::pair{PartRole::kSplitK, &w.k_b}, std::pair{PartRole::kSplitV, &w.v_b}}) {
           auto sub = std::make_unique<Weight>();
           sub->name = w.name + "." + std::string(part_role_name(role));
           sub->type = *quant_type_of(bufs.dtype.at(role));
@@ -166,7 +166,8 @@ Weight materialize(const PlannedParam& pp, ParamBuffers& bufs) {
       }
       for (auto [role, dst] :
            {std::pair{PartRole::kScale, &w.scale}, std::pair{PartRole::kOffset, &w.offset},
-            std::pair{PartRole::kGroupScale, &w.group_scale}, std::pair{PartRole::kGroupOffset, &w.group_offset}}) {
+            std::pair{PartRole::kGroupScale, &w.group_scale},
+            std::pair{PartRole::kGroupOffset, &w.group_offset}}) {
         if (has(bufs, role)) *dst = floats(role);
       }
       if (!w.group_scale.empty()) {

@@ -61,8 +61,8 @@ ModelWeights<ParamSpec> kimi_k3_definition(const ModelConfig& c, const dist::Lay
                                   {c.kv_lora_rank + c.qk_rope_head_dim, H});
       m.kv_a_layernorm = spec(a + "kv_a_layernorm.weight", l, F::kVector, {c.kv_lora_rank});
       m.kv_b_proj = spec(a + "kv_b_proj.weight", l, F::kMlaKvB,
-                         {heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank}, S::kRows,
-                         A, c.qk_nope_head_dim + c.v_head_dim);
+                         {heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank}, S::kRows, A,
+                         c.qk_nope_head_dim + c.v_head_dim);
       m.g_proj = spec(a + "g_proj.weight", l, F::kLinear, {heads * c.v_head_dim, H}, S::kRows, A,
                       c.v_head_dim);
       m.o_proj = spec(a + "o_proj.weight", l, F::kLinear, {H, heads * c.v_head_dim}, S::kCols, A,
@@ -74,8 +74,8 @@ ModelWeights<ParamSpec> kimi_k3_definition(const ModelConfig& c, const dist::Lay
         return spec(a + x + "_proj.weight", l, F::kLinear, {P, H}, S::kRows, A, D);
       };
       auto conv = [&](const char* x) {
-        return spec(a + x + "_conv1d.weight", l, F::kVector, {P, 1, c.kda_conv_kernel}, S::kRows,
-                    A, D);
+        return spec(a + x + "_conv1d.weight", l, F::kVector, {P, 1, c.kda_conv_kernel}, S::kRows, A,
+                    D);
       };
       k.q_proj = projection("q");
       k.q_conv1d = conv("q");

@@ -48,8 +48,11 @@ static_assert(sizeof(BlockMXFP4) == 17 && offsetof(BlockMXFP4, qs) == 1);
 static_assert(sizeof(BlockQ2_K) == 84 && offsetof(BlockQ2_K, d) == 80);
 static_assert(sizeof(BlockQ3_K) == 110 && offsetof(BlockQ3_K, d) == 108);
 
-// Byte offsets of the fields inside one block.
+// Bytes of one block (the stride along a row) and the byte offsets of its fields.
 namespace layout {
+inline constexpr std::size_t kQ8_0Bytes = sizeof(BlockQ8_0), kQ4_0Bytes = sizeof(BlockQ4_0);
+inline constexpr std::size_t kMxfp4Bytes = sizeof(BlockMXFP4);
+inline constexpr std::size_t kQ2KBytes = sizeof(BlockQ2_K), kQ3KBytes = sizeof(BlockQ3_K);
 inline constexpr std::size_t kQ8_0D = offsetof(BlockQ8_0, d), kQ8_0Qs = offsetof(BlockQ8_0, qs);
 inline constexpr std::size_t kQ4_0D = offsetof(BlockQ4_0, d), kQ4_0Qs = offsetof(BlockQ4_0, qs);
 inline constexpr std::size_t kMxfp4E = offsetof(BlockMXFP4, e);

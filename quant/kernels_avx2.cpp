@@ -124,9 +124,11 @@ K3_AVX2 void row_float_n(const MatrixView& w, size_t row, const ActView& a, size
 // and the kernel subtracts 8 * sum(x) (one isum per int32 lane: 8 lanes * isum).
 struct Q8_0D {
   static constexpr bool kSigned = true;
-  static const uint8_t* row(const MatrixView& w, size_t r) { return block_row<32, 34>(w, r); }
+  static const uint8_t* row(const MatrixView& w, size_t r) {
+    return block_row<kBlock32, layout::kQ8_0Bytes>(w, r);
+  }
   static const uint8_t* block(const MatrixView&, const uint8_t* row, size_t, size_t b) {
-    return row + 34 * b;
+    return row + layout::kQ8_0Bytes * b;
   }
   K3_AVX2_INLINE static __m256i decode(const uint8_t* blk) { return load256(blk + 2); }
   K3_AVX2_INLINE static float scale(const MatrixView&, size_t, const uint8_t* blk, size_t) {
@@ -136,9 +138,11 @@ struct Q8_0D {
 
 struct Q4_0D {
   static constexpr bool kSigned = false;
-  static const uint8_t* row(const MatrixView& w, size_t r) { return block_row<32, 18>(w, r); }
+  static const uint8_t* row(const MatrixView& w, size_t r) {
+    return block_row<kBlock32, layout::kQ4_0Bytes>(w, r);
+  }
   static const uint8_t* block(const MatrixView&, const uint8_t* row, size_t, size_t b) {
-    return row + 18 * b;
+    return row + layout::kQ4_0Bytes * b;
   }
   K3_AVX2_INLINE static __m256i decode(const uint8_t* blk) {
     const __m128i q = load128(blk + 2);
@@ -160,9 +164,11 @@ K3_AVX2_INLINE __m256i mxfp4_lookup(__m128i q) {
 
 struct Mxfp4D {
   static constexpr bool kSigned = true;
-  static const uint8_t* row(const MatrixView& w, size_t r) { return block_row<32, 17>(w, r); }
+  static const uint8_t* row(const MatrixView& w, size_t r) {
+    return block_row<kBlock32, layout::kMxfp4Bytes>(w, r);
+  }
   static const uint8_t* block(const MatrixView&, const uint8_t* row, size_t, size_t b) {
-    return row + 17 * b;
+    return row + layout::kMxfp4Bytes * b;
   }
   K3_AVX2_INLINE static __m256i decode(const uint8_t* blk) {
     return mxfp4_lookup(load128(blk + 1));
@@ -324,13 +330,13 @@ K3_AVX2_INLINE __m256i pair_scale_mask(int j) {
 template <int NA>
 K3_AVX2 void row_q2_k_n(const MatrixView& w, size_t row, const ActView& a, size_t a0, float* y,
                         size_t ldy) {
-  const uint8_t* p = block_row<256, 84>(w, row);
+  const uint8_t* p = block_row<kBlockK, layout::kQ2KBytes>(w, row);
   const size_t nb = a.blocks;
   const __m256i m3 = _mm256_set1_epi8(3);
   __m256 acc[NA];
   for (int i = 0; i < NA; ++i) acc[i] = _mm256_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = p + 84 * b;
+    const uint8_t* blk = p + layout::kQ2KBytes * b;
     prefetch(blk);
     prefetch(blk + 64);
     const __m128i sc8 = load128(blk + layout::kQ2KScales);
@@ -394,13 +400,13 @@ K3_AVX2_INLINE __m128i q3_k_scales(const uint8_t* p) {
 template <int NA>
 K3_AVX2 void row_q3_k_n(const MatrixView& w, size_t row, const ActView& a, size_t a0, float* y,
                         size_t ldy) {
-  const uint8_t* p = block_row<256, 110>(w, row);
+  const uint8_t* p = block_row<kBlockK, layout::kQ3KBytes>(w, row);
   const size_t nb = a.blocks;
   const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
   __m256 acc[NA];
   for (int i = 0; i < NA; ++i) acc[i] = _mm256_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = p + 110 * b;
+    const uint8_t* blk = p + layout::kQ3KBytes * b;
     prefetch(blk);
     prefetch(blk + 64);
     const __m256i sc16 = _mm256_cvtepi8_epi16(q3_k_scales(blk + layout::kQ3KScales));

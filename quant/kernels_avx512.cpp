@@ -290,19 +290,23 @@ struct Q8_0D {
   static float finish(const MatrixView&, size_t, const ActView&, size_t, float v) { return v; }
   static constexpr int kShift = 4;  // xor 0x80: C = 128
   const uint8_t* p;
-  Q8_0D(const MatrixView& w, size_t row) : p(block_row<32, 34>(w, row)) {}
-  const uint8_t* at(size_t b) const { return p + 34 * b; }
-  K3_512_INLINE void fetch(size_t b) const { prefetch(p + 34 * b); }
+  Q8_0D(const MatrixView& w, size_t row) : p(block_row<kBlock32, layout::kQ8_0Bytes>(w, row)) {}
+  const uint8_t* at(size_t b) const { return p + layout::kQ8_0Bytes * b; }
+  K3_512_INLINE void fetch(size_t b) const { prefetch(at(b)); }
   K3_512_INLINE __m512i decode2(size_t b) const {
-    const __m512i z = _mm512_mask_blend_epi64(0xf0, _mm512_broadcast_i64x4(load256(p + 34 * b + 2)),
-                                              _mm512_broadcast_i64x4(load256(p + 34 * b + 36)));
+    const __m512i z =
+        _mm512_mask_blend_epi64(0xf0, _mm512_broadcast_i64x4(load256(at(b) + layout::kQ8_0Qs)),
+                                _mm512_broadcast_i64x4(load256(at(b + 1) + layout::kQ8_0Qs)));
     return _mm512_xor_si512(z, _mm512_set1_epi8(static_cast<char>(0x80)));
   }
   K3_512_INLINE __m256i decode1(size_t b) const {
-    return _mm256_xor_si256(load256(p + 34 * b + 2), _mm256_set1_epi8(static_cast<char>(0x80)));
+    return _mm256_xor_si256(load256(at(b) + layout::kQ8_0Qs),
+                            _mm256_set1_epi8(static_cast<char>(0x80)));
   }
-  K3_512_INLINE __m128 scale4(size_t b) const { return half4(p + 34 * b, 34); }
-  K3_512_INLINE float scale1(size_t b) const { return _cvtsh_ss(load_u16(p + 34 * b)); }
+  K3_512_INLINE __m128 scale4(size_t b) const {
+    return half4(at(b) + layout::kQ8_0D, layout::kQ8_0Bytes);
+  }
+  K3_512_INLINE float scale1(size_t b) const { return _cvtsh_ss(load_u16(at(b) + layout::kQ8_0D)); }
 };
 
 struct Q4_0D {
@@ -310,15 +314,17 @@ struct Q4_0D {
   static float finish(const MatrixView&, size_t, const ActView&, size_t, float v) { return v; }
   static constexpr int kShift = 0;  // nibble = weight + 8
   const uint8_t* p;
-  Q4_0D(const MatrixView& w, size_t row) : p(block_row<32, 18>(w, row)) {}
-  const uint8_t* at(size_t b) const { return p + 18 * b; }
-  K3_512_INLINE void fetch(size_t b) const { prefetch(p + 18 * b); }
+  Q4_0D(const MatrixView& w, size_t row) : p(block_row<kBlock32, layout::kQ4_0Bytes>(w, row)) {}
+  const uint8_t* at(size_t b) const { return p + layout::kQ4_0Bytes * b; }
+  K3_512_INLINE void fetch(size_t b) const { prefetch(at(b)); }
   K3_512_INLINE __m512i decode2(size_t b) const {
-    return nibbles2(p + 18 * b + 2, p + 18 * b + 20);
+    return nibbles2(at(b) + layout::kQ4_0Qs, at(b + 1) + layout::kQ4_0Qs);
   }
-  K3_512_INLINE __m256i decode1(size_t b) const { return nibbles1(p + 18 * b + 2); }
-  K3_512_INLINE __m128 scale4(size_t b) const { return half4(p + 18 * b, 18); }
-  K3_512_INLINE float scale1(size_t b) const { return _cvtsh_ss(load_u16(p + 18 * b)); }
+  K3_512_INLINE __m256i decode1(size_t b) const { return nibbles1(at(b) + layout::kQ4_0Qs); }
+  K3_512_INLINE __m128 scale4(size_t b) const {
+    return half4(at(b) + layout::kQ4_0D, layout::kQ4_0Bytes);
+  }
+  K3_512_INLINE float scale1(size_t b) const { return _cvtsh_ss(load_u16(at(b) + layout::kQ4_0D)); }
 };
 
 struct Mxfp4D {
@@ -326,24 +332,26 @@ struct Mxfp4D {
   static float finish(const MatrixView&, size_t, const ActView&, size_t, float v) { return v; }
   static constexpr int kShift = 1;  // table + 16
   const uint8_t* p;
-  Mxfp4D(const MatrixView& w, size_t row) : p(block_row<32, 17>(w, row)) {}
-  const uint8_t* at(size_t b) const { return p + 17 * b; }
-  K3_512_INLINE void fetch(size_t b) const { prefetch(p + 17 * b); }
+  Mxfp4D(const MatrixView& w, size_t row) : p(block_row<kBlock32, layout::kMxfp4Bytes>(w, row)) {}
+  const uint8_t* at(size_t b) const { return p + layout::kMxfp4Bytes * b; }
+  K3_512_INLINE void fetch(size_t b) const { prefetch(at(b)); }
   K3_512_INLINE __m512i decode2(size_t b) const {
     return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(mxfp4_table()),
-                               nibbles2(p + 17 * b + 1, p + 17 * b + 18));
+                               nibbles2(at(b) + layout::kMxfp4Qs, at(b + 1) + layout::kMxfp4Qs));
   }
   K3_512_INLINE __m256i decode1(size_t b) const {
     return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(mxfp4_table()),
-                               nibbles1(p + 17 * b + 1));
+                               nibbles1(at(b) + layout::kMxfp4Qs));
   }
   K3_512_INLINE __m128 scale4(size_t b) const {
-    const uint8_t* e = p + 17 * b;
-    return e8m0_4(e[0] | (static_cast<std::uint32_t>(e[17]) << 8) |
-                  (static_cast<std::uint32_t>(e[34]) << 16) |
-                  (static_cast<std::uint32_t>(e[51]) << 24));
+    const uint8_t* e = at(b) + layout::kMxfp4E;
+    return e8m0_4(e[0] | (static_cast<std::uint32_t>(e[layout::kMxfp4Bytes]) << 8) |
+                  (static_cast<std::uint32_t>(e[2 * layout::kMxfp4Bytes]) << 16) |
+                  (static_cast<std::uint32_t>(e[3 * layout::kMxfp4Bytes]) << 24));
   }
-  K3_512_INLINE float scale1(size_t b) const { return kE8m0Half[p[17 * b]]; }
+  K3_512_INLINE float scale1(size_t b) const {
+    return kE8m0Half[p[layout::kMxfp4Bytes * b + layout::kMxfp4E]];
+  }
 };
 
 // compressed-tensors: consecutive blocks are 32 contiguous bytes; scales in their own array.
@@ -823,7 +831,8 @@ K3_512 void repacked_tile(const MatrixView& w, size_t r0, size_t nr, const ActVi
 
 // A super-block in the VNNI order: the 16 rows' codes, then their 16 f16 scales.
 template <Type T>
-inline constexpr size_t kVnniSuper = T == Type::kQ4_0 ? 16 * 18 : 16 * 34;
+inline constexpr size_t kVnniSuper =
+    T == Type::kQ4_0 ? 16 * layout::kQ4_0Bytes : 16 * layout::kQ8_0Bytes;
 template <Type T>
 inline constexpr int kVnniOffset = T == Type::kQ4_0 ? 8 : 128;  // stored code = value + offset
 
@@ -1124,7 +1133,7 @@ K3_512_INLINE void kquant_block(const uint8_t* qs, __m256i hmask, __m512i sc16, 
 template <int NA>
 K3_512 void row_q2_k_n(const MatrixView& w, size_t row, const ActView& a, size_t a0, float* y,
                        size_t ldy) {
-  const uint8_t* p = block_row<256, 84>(w, row);
+  const uint8_t* p = block_row<kBlockK, layout::kQ2KBytes>(w, row);
   const size_t nb = a.blocks;
   // The block order of q2_k_rows16 (batch invariance): per block the exact integer sums S_b
   // (codes x scales . activations) and M_b (mins . activation sums), added in block order as
@@ -1132,7 +1141,7 @@ K3_512 void row_q2_k_n(const MatrixView& w, size_t row, const ActView& a, size_t
   __m128 acc[NA], accm[NA];
   for (int i = 0; i < NA; ++i) acc[i] = accm[i] = _mm_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = p + 84 * b;
+    const uint8_t* blk = p + layout::kQ2KBytes * b;
     prefetch(blk);
     prefetch(blk + 64);
     const auto [sc16, mins] = q2_k_scales(blk);
@@ -1165,7 +1174,7 @@ template <int NR>
 K3_512 void q2_k_rows16(const MatrixView& w, size_t r0, const ActView& a, float* y, size_t ldy) {
   const size_t nb = a.blocks, nb32 = a.cols / 32;
   const uint8_t* rows[NR];
-  for (int r = 0; r < NR; ++r) rows[r] = block_row<256, 84>(w, r0 + r);
+  for (int r = 0; r < NR; ++r) rows[r] = block_row<kBlockK, layout::kQ2KBytes>(w, r0 + r);
   const __m512i m3 = _mm512_set1_epi8(3);
   for (size_t g = 0; g < a.groups16; ++g) {
     __m512 acc[NR], accm[NR];
@@ -1175,7 +1184,7 @@ K3_512 void q2_k_rows16(const MatrixView& w, size_t r0, const ActView& a, float*
       std::int32_t min_pairs[NR][8];
       float d[NR], dmin[NR];
       for (int r = 0; r < NR; ++r) {
-        const uint8_t* blk = rows[r] + 84 * b;
+        const uint8_t* blk = rows[r] + layout::kQ2KBytes * b;
         const auto [sc16, mins] = q2_k_scales(blk);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(min_pairs[r]), mins);
         d[r] = _cvtsh_ss(load_u16(blk + layout::kQ2KD));
@@ -1249,7 +1258,7 @@ K3_512 void q2_k_tile(const MatrixView& w, size_t u0, size_t nu, const ActView& 
 template <int NA>
 K3_512 void row_q3_k_n(const MatrixView& w, size_t row, const ActView& a, size_t a0, float* y,
                        size_t ldy) {
-  const uint8_t* p = block_row<256, 110>(w, row);
+  const uint8_t* p = block_row<kBlockK, layout::kQ3KBytes>(w, row);
   const size_t nb = a.blocks;
   __m512 acc[NA];
   __m256 accc[NA];
@@ -1258,7 +1267,7 @@ K3_512 void row_q3_k_n(const MatrixView& w, size_t row, const ActView& a, size_t
     accc[i] = _mm256_setzero_ps();
   }
   for (size_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = p + 110 * b;
+    const uint8_t* blk = p + layout::kQ3KBytes * b;
     prefetch(blk);
     prefetch(blk + 64);
     const __m256i sc16y = _mm256_cvtepi8_epi16(q3_k_scales(blk + layout::kQ3KScales));

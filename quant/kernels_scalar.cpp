@@ -44,14 +44,14 @@ float load_bf16(const uint8_t* p) { return bf16_to_f32(load_u16(p)); }
 
 // Block b of a row: its 32 integer weights (in activation order) and its float scale.
 struct Q8_0Decoder {
-  static constexpr size_t kBytes = 34;
+  static constexpr size_t kBytes = layout::kQ8_0Bytes;
   static float scale(const uint8_t* b) { return fp16_to_f32(load_u16(b)); }
   static void decode(const uint8_t* b, int* q) {
     for (int j = 0; j < 32; ++j) q[j] = static_cast<std::int8_t>(b[2 + j]);
   }
 };
 struct Q4_0Decoder {
-  static constexpr size_t kBytes = 18;
+  static constexpr size_t kBytes = layout::kQ4_0Bytes;
   static float scale(const uint8_t* b) { return fp16_to_f32(load_u16(b)); }
   static void decode(const uint8_t* b, int* q) {
     for (int j = 0; j < 16; ++j) {
@@ -61,7 +61,7 @@ struct Q4_0Decoder {
   }
 };
 struct Mxfp4Decoder {
-  static constexpr size_t kBytes = 17;
+  static constexpr size_t kBytes = layout::kMxfp4Bytes;
   static float scale(const uint8_t* b) { return e8m0_half(b[0]); }
   static void decode(const uint8_t* b, int* q) {
     for (int j = 0; j < 16; ++j) {
@@ -186,7 +186,7 @@ void row_q2_k(const MatrixView& w, size_t row, const ActView& a, size_t a0, size
   const uint8_t* p = row_ptr(w, row);
   float acc[kMaxActs] = {};
   for (size_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = p + 84 * b;
+    const uint8_t* blk = p + layout::kQ2KBytes * b;
     const uint8_t* sc = blk + layout::kQ2KScales;
     const uint8_t* qs = blk + layout::kQ2KQs;
     const float d = fp16_to_f32(load_u16(blk + layout::kQ2KD));
@@ -219,7 +219,7 @@ void row_q3_k(const MatrixView& w, size_t row, const ActView& a, size_t a0, size
   float acc[kMaxActs] = {};
   std::int8_t sc[16];
   for (size_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = p + 110 * b;
+    const uint8_t* blk = p + layout::kQ3KBytes * b;
     const uint8_t* hm = blk + layout::kQ3KHmask;
     const uint8_t* qs = blk + layout::kQ3KQs;
     unpack_q3_k_scales(blk + layout::kQ3KScales, sc);

@@ -71,9 +71,9 @@ Engine::Impl::Impl(const ModelConfig& config, const WeightStore& ws, const dist:
   embedding = VocabParallelEmbedding(Linear(w.embed_tokens->view(), false),
                                      static_cast<std::size_t>(w.embed_tokens->box.begin.at(0)),
                                      groups.attn_tp());
-  lm_head = VocabParallelLmHead(lin(w.lm_head),
-                                static_cast<std::size_t>(w.lm_head->box.begin.at(0)),
-                                RowGroup(groups, layout.lm_head_group()));
+  lm_head =
+      VocabParallelLmHead(lin(w.lm_head), static_cast<std::size_t>(w.lm_head->box.begin.at(0)),
+                          RowGroup(groups, layout.lm_head_group()));
   final_norm = vec(w.norm);
   output_res_score = vec(*w.output_attn_res_score);
 

@@ -6,9 +6,9 @@
 #include <deque>
 #include <optional>
 
+#include "common/error.h"
 #include "dist/collectives.h"
 #include "dist/watchdog.h"
-#include "common/error.h"
 
 namespace k3::model::engine {
 

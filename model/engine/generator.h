@@ -51,8 +51,8 @@ struct GeneratorOptions {
 
 struct GeneratorStats {
   std::size_t steps = 0;
-  std::size_t prefill_tokens = 0;  // computed this run on this rank's DP group
-  std::size_t cached_tokens = 0;   // reused from prefix snapshots
+  std::size_t prefill_tokens = 0;    // computed this run on this rank's DP group
+  std::size_t cached_tokens = 0;     // reused from prefix snapshots
   std::size_t decode_tokens = 0;     // tokens fed by decode steps
   std::size_t generated_tokens = 0;  // sampled: each request's first at the end of its prefill,
                                      // then one per decode step (a stop token included)

@@ -4,8 +4,8 @@
 #include <numeric>
 #include <string>
 
-#include "model/engine/ops_kernels.h"
 #include "common/error.h"
+#include "model/engine/ops_kernels.h"
 
 namespace k3::model::engine {
 namespace {

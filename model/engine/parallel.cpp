@@ -40,7 +40,9 @@ RowGroup::Gathered<T> RowGroup::gather_rows(std::span<const T> x, std::size_t n,
   }
   const std::span<const T> mine = contributes_ ? x.first(n * width) : std::span<const T>();
   auto all = dist::allgatherv(groups_->tp(), mine);
-  g.mine = width == 0 ? 0 : static_cast<std::size_t>(all.displs[static_cast<std::size_t>(leader_)]) / width;
+  g.mine = width == 0
+               ? 0
+               : static_cast<std::size_t>(all.displs[static_cast<std::size_t>(leader_)]) / width;
   g.total = width == 0 ? 0 : all.data.size() / width;
   g.rows = std::move(all.data);
   return g;
@@ -51,8 +53,8 @@ RowGroup::Gathered<float> RowGroup::gather(std::span<const float> x, std::size_t
   return gather_rows(x, n, width);
 }
 
-RowGroup::Gathered<std::uint64_t> RowGroup::gather(std::span<const std::uint64_t> x,
-                                                   std::size_t n, std::size_t width) const {
+RowGroup::Gathered<std::uint64_t> RowGroup::gather(std::span<const std::uint64_t> x, std::size_t n,
+                                                   std::size_t width) const {
   return gather_rows(x, n, width);
 }
 
@@ -117,7 +119,8 @@ Rows VocabParallelLmHead::gather_vocabulary(const Rows& logits, std::size_t n,
   const auto shards = dist::allgatherv(comm, std::span<const float>(logits));
   Rows full(n * vocab, 0.0f);
   for (std::size_t m = 0; m < static_cast<std::size_t>(comm.size()); ++m) {
-    const std::size_t cols = static_cast<std::size_t>(shards.counts[m]) / std::max<std::size_t>(n, 1);
+    const std::size_t cols =
+        static_cast<std::size_t>(shards.counts[m]) / std::max<std::size_t>(n, 1);
     const std::size_t begin = cols * m;  // equal vocabulary shards in rank order
     for (std::size_t r = 0; r < n; ++r)
       std::copy_n(&shards.data[static_cast<std::size_t>(shards.displs[m]) + r * cols], cols,
@@ -200,7 +203,8 @@ Rows ExpertDispatcher::run(std::span<const Route> routes, std::span<const float>
   std::size_t first_mine = 0;  // this rank's tokens among the group's
   if (moe_tp.size() > 1) {
     auto all = dist::allgatherv(moe_tp, std::span<const char>(tokens));
-    first_mine = static_cast<std::size_t>(all.displs[static_cast<std::size_t>(moe_tp.rank())]) / rec;
+    first_mine =
+        static_cast<std::size_t>(all.displs[static_cast<std::size_t>(moe_tp.rank())]) / rec;
     tokens = std::move(all.data);
   }
   const std::size_t group_tokens = tokens.size() / rec;
@@ -220,12 +224,14 @@ Rows ExpertDispatcher::run(std::span<const Route> routes, std::span<const float>
     std::memcpy(weights.data(), record + ids_bytes, weights_bytes);
     token_owners.clear();
     for (std::size_t r = 0; r < k; ++r)
-      token_owners.push_back(static_cast<std::size_t>(owner_of_.at(static_cast<std::size_t>(ids[r]))));
+      token_owners.push_back(
+          static_cast<std::size_t>(owner_of_.at(static_cast<std::size_t>(ids[r]))));
     std::sort(token_owners.begin(), token_owners.end());
     token_owners.erase(std::unique(token_owners.begin(), token_owners.end()), token_owners.end());
     for (std::size_t owner : token_owners) {
       for (std::size_t r = 0; r < k; ++r) {
-        const bool here = static_cast<std::size_t>(owner_of_[static_cast<std::size_t>(ids[r])]) == owner;
+        const bool here =
+            static_cast<std::size_t>(owner_of_[static_cast<std::size_t>(ids[r])]) == owner;
         masked[r] = here ? ids[r] : -1;
         masked_weights[r] = here ? weights[r] : 0.0f;
       }

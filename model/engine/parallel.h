@@ -69,7 +69,8 @@ class RowGroup {
 class RowParallelLinear {
  public:
   RowParallelLinear() = default;
-  RowParallelLinear(Linear local, const dist::Comm& comm) : local_(std::move(local)), comm_(&comm) {}
+  RowParallelLinear(Linear local, const dist::Comm& comm)
+      : local_(std::move(local)), comm_(&comm) {}
   // x [n, local cols] -> y [n, rows], reduced over the group.
   void apply(std::span<const float> x, std::size_t n, std::span<float> y) const;
   const Linear& local() const { return local_; }

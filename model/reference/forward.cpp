@@ -5,14 +5,14 @@
 #include <numeric>
 #include <string>
 
+#include "common/error.h"
 #include "dist/layout.h"
 #include "model/binding.h"
 #include "model/checkpoint.h"
 #include "model/load_plan.h"
 #include "model/loader.h"
-#include "model/pipeline.h"
 #include "model/parameters.h"
-#include "common/error.h"
+#include "model/pipeline.h"
 #include "quant/reference.h"
 
 namespace k3::model {
