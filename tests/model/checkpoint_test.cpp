@@ -3,6 +3,7 @@
 // every tensor for 1, 4, 8 and 64 ranks, and a clean audit after loading.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include "model/pipeline.h"
 #include "model/synth.h"
 #include "model/tokenizer_files.h"
+#include "model/weights.h"
 #include "model/wire.h"
 #include "quant/quantize.h"
 #include "quant/reference.h"
@@ -65,6 +67,58 @@ std::string problems_text(const std::vector<std::string>& problems) {
   std::string s;
   for (const auto& p : problems) s += p + "\n";
   return s;
+}
+
+// The typed definition: every parameter exactly once, in the flat table's order, each block where
+// the config puts it; a loaded store maps onto the tree by the definition's names.
+TEST(KimiK3Definition, TreeHoldsEveryParameterOnceWhereTheConfigPutsIt) {
+  const dist::Layout one = layout_of(1, 1, 1, false);
+  for (const std::string preset : {"tiny", "full"}) {
+    SCOPED_TRACE(preset);
+    const ModelConfig c = preset_config(preset);
+    const ModelWeights<ParamSpec> tree = kimi_k3_definition(c, one);
+    std::vector<std::string> names;
+    for_each_weight(tree, [&](const ParamSpec& s) { names.push_back(s.name); });
+    std::vector<std::string> flat;
+    for (const ParamSpec& s : kimi_k3_parameters(c, one)) flat.push_back(s.name);
+    EXPECT_EQ(names, flat);
+    std::vector<std::string> sorted = names;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end());
+    ASSERT_EQ(tree.layers.size(), static_cast<std::size_t>(c.num_hidden_layers));
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+      const auto& layer = tree.layers[static_cast<std::size_t>(l)];
+      EXPECT_EQ(layer.mla.has_value(), c.is_mla_layer(l)) << l;
+      EXPECT_EQ(layer.kda.has_value(), !c.is_mla_layer(l)) << l;
+      EXPECT_EQ(layer.mlp.has_value(), c.is_dense_layer(l)) << l;
+      EXPECT_EQ(layer.moe.has_value(), !c.is_dense_layer(l)) << l;
+      if (layer.mla) {
+        EXPECT_EQ(layer.mla->kv_b_proj.name,
+                  "model.layers." + std::to_string(l) + ".self_attn.kv_b_proj.weight");
+        EXPECT_EQ(layer.mla->kv_b_proj.family, ParamFamily::kMlaKvB);
+      }
+    }
+    // map_weights keeps the shape: the same fields, in the same order.
+    const auto layers_of = map_weights(tree, [](const ParamSpec& s) { return s.layer; });
+    std::vector<int> mapped, direct;
+    for_each_weight(layers_of, [&](int l) { mapped.push_back(l); });
+    for_each_weight(tree, [&](const ParamSpec& s) { direct.push_back(s.layer); });
+    EXPECT_EQ(mapped, direct);
+  }
+  const ModelWeights<ParamSpec> draft = kimi_k3_definition(draft_preset_config("tiny"), one);
+  EXPECT_TRUE(draft.fc && draft.hidden_norm);
+  EXPECT_FALSE(draft.output_attn_res_score);
+  EXPECT_FALSE(draft.layers.at(0).self_attention_res_score);
+}
+
+TEST(KimiK3Definition, WeightTreeNamesAParameterThatWasNotLoaded) {
+  const dist::Layout one = layout_of(1, 1, 1, false);
+  try {
+    weight_tree(WeightStore{}, preset_config("tiny"), one);
+    FAIL() << "an empty store mapped onto the tree";
+  } catch (const InternalError& e) {
+    EXPECT_STREQ(e.what(), "weight model.embed_tokens.weight was not loaded");
+  }
 }
 
 TEST(Formats, CapabilityTableMatchesDocs) {
