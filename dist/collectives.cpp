@@ -124,6 +124,28 @@ void allreduce_sum_ordered(const Comm& comm, std::span<float> data) {
             "MPI_Allgatherv");
 }
 
+std::vector<float> reduce_scatter_sum_ordered(const Comm& comm, std::span<const float> data,
+                                              std::span<const int> counts) {
+  const std::vector<int> displs = alltoallv_send_displs(comm, data.size(), counts);
+  const auto me = static_cast<std::size_t>(comm.rank());
+  const int mine = counts[me];
+  if (comm.size() == 1) return std::vector<float>(data.begin(), data.end());
+  const WaitScope wait("reduce_scatter_sum_ordered");
+  const auto p = static_cast<std::size_t>(comm.size());
+  std::vector<int> recv_counts(p, mine), recv_displs(p);
+  for (std::size_t r = 0; r < p; ++r) recv_displs[r] = static_cast<int>(r) * mine;
+  std::vector<float> parts(p * static_cast<std::size_t>(mine));
+  check_mpi(MPI_Alltoallv(data.data(), counts.data(), displs.data(), MPI_FLOAT, parts.data(),
+                          recv_counts.data(), recv_displs.data(), MPI_FLOAT, comm.handle()),
+            "MPI_Alltoallv");
+  std::vector<float> sum(parts.begin(), parts.begin() + mine);
+  for (std::size_t r = 1; r < p; ++r) {
+    const float* part = parts.data() + r * static_cast<std::size_t>(mine);
+    for (int i = 0; i < mine; ++i) sum[static_cast<std::size_t>(i)] += part[i];
+  }
+  return sum;
+}
+
 void allreduce_maxloc(const Comm& comm, std::span<float> values, std::span<std::int32_t> ids) {
   const WaitScope wait("allreduce_maxloc");
   if (values.size() != ids.size()) {

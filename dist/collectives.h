@@ -77,6 +77,12 @@ T allreduce(const Comm& comm, T value, ReduceOp op) {
 // back (one allgather): 2 (P-1)/P of the data in and out per member, as a ring allreduce.
 void allreduce_sum_ordered(const Comm& comm, std::span<float> data);
 
+// The first half of that: `data` holds counts[m] values for each member m, in member order;
+// returns this member's segment summed over the members in rank order (the same bits
+// allreduce_sum_ordered gives it). One all-to-all.
+std::vector<float> reduce_scatter_sum_ordered(const Comm& comm, std::span<const float> data,
+                                              std::span<const int> counts);
+
 // Per element i: the largest values[i] over the members and the id that came with it (the
 // smallest id when several members hold the same value), in place on every member. Greedy
 // decoding over a vocabulary-sharded LM head reduces (logit, token id) pairs this way.

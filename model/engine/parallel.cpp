@@ -200,11 +200,11 @@ Rows ExpertDispatcher::run(std::span<const Route> routes, std::span<const float>
       put(&tokens[i * rec], ids.data(), weights.data(), &z[i * width]);
     }
   }
-  std::size_t first_mine = 0;  // this rank's tokens among the group's
+  std::vector<int> member_tokens{static_cast<int>(n)};  // per moe-tp member, in rank order
   if (moe_tp.size() > 1) {
     auto all = dist::allgatherv(moe_tp, std::span<const char>(tokens));
-    first_mine =
-        static_cast<std::size_t>(all.displs[static_cast<std::size_t>(moe_tp.rank())]) / rec;
+    member_tokens.clear();
+    for (int bytes : all.counts) member_tokens.push_back(bytes / static_cast<int>(rec));
     tokens = std::move(all.data);
   }
   const std::size_t group_tokens = tokens.size() / rec;
@@ -248,7 +248,9 @@ Rows ExpertDispatcher::run(std::span<const Route> routes, std::span<const float>
     counts[d] = dist::checked_count(per_owner[d].size(), "MoE dispatch");
     send.insert(send.end(), per_owner[d].begin(), per_owner[d].end());
   }
-  const auto recv = dist::alltoallv(ep, std::span<const char>(send), counts);
+  // With one owner (EP 1) the records stay here.
+  const auto recv = owners == 1 ? dist::Gathered<char>{std::move(send), counts, {0}}
+                                : dist::alltoallv(ep, std::span<const char>(send), counts);
 
   // 3. The owner side: the received (record, weight) pairs grouped by local expert, each expert
   //    run once over its rows (in parallel), the weighted outputs summed per record in expert
@@ -295,7 +297,9 @@ Rows ExpertDispatcher::run(std::span<const Route> routes, std::span<const float>
     returned_counts[s] = static_cast<int>(sent_token[s].size() * width);
   }
   const auto returned =
-      dist::alltoallv(ep, std::span<const float>(back), back_counts, std::move(returned_counts));
+      owners == 1 ? dist::Gathered<float>{std::move(back), back_counts, {0}}
+                  : dist::alltoallv(ep, std::span<const float>(back), back_counts,
+                                    std::move(returned_counts));
   Rows y(group_tokens * width, 0.0f);
   for (std::size_t src = 0; src < owners; ++src) {
     const float* part = returned.data.data() + returned.displs[src];
@@ -305,14 +309,12 @@ Rows ExpertDispatcher::run(std::span<const Route> routes, std::span<const float>
     }
   }
 
-  // 5. Each expert slice gave a partial output: the moe-tp group sums them (in rank order) and
-  //    this rank keeps its own tokens.
-  if (moe_tp.size() > 1) {
-    dist::allreduce_sum_ordered(moe_tp, std::span<float>(y));
-    return Rows(y.begin() + static_cast<std::ptrdiff_t>(first_mine * width),
-                y.begin() + static_cast<std::ptrdiff_t>((first_mine + n) * width));
-  }
-  return y;
+  // 5. Each expert slice gave a partial output for the group's tokens: every member receives the
+  //    partial outputs of its own tokens and adds them in rank order.
+  if (moe_tp.size() == 1) return y;
+  std::vector<int> counts_back;
+  for (int t : member_tokens) counts_back.push_back(t * static_cast<int>(width));
+  return dist::reduce_scatter_sum_ordered(moe_tp, y, counts_back);
 }
 
 }  // namespace k3::model::engine

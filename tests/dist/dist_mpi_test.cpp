@@ -169,6 +169,30 @@ TEST(Collectives, OrderedSumAddsInRankOrderAtAnyLength) {
   allreduce_sum_ordered(world, std::span<float>(none));  // empty on every member: a no-op
 }
 
+// The reduce-scatter half: member m gets its own segment (counts[m] values, some empty), summed
+// in rank order, the same bits as the full ordered allreduce.
+TEST(Collectives, OrderedReduceScatterGivesEachMemberItsSegment) {
+  const Comm& world = runtime().world();
+  const int n = world.size();
+  const int me = world.rank();
+  std::vector<int> counts(static_cast<std::size_t>(n));
+  for (int m = 0; m < n; ++m) counts[static_cast<std::size_t>(m)] = (m * 7) % 5;  // 0 for m = 0
+  int total = 0, first = 0;
+  for (int m = 0; m < n; ++m) {
+    if (m == me) first = total;
+    total += counts[static_cast<std::size_t>(m)];
+  }
+  std::vector<float> v(static_cast<std::size_t>(total));
+  for (int i = 0; i < total; ++i)
+    v[static_cast<std::size_t>(i)] = (me % 2 ? 1e8f : -3e7f) + 0.37f * static_cast<float>(me + i);
+  std::vector<float> full = v;
+  allreduce_sum_ordered(world, std::span<float>(full));
+  const std::vector<float> mine = reduce_scatter_sum_ordered(world, v, counts);
+  ASSERT_EQ(mine.size(), static_cast<std::size_t>(counts[static_cast<std::size_t>(me)]));
+  for (std::size_t i = 0; i < mine.size(); ++i)
+    EXPECT_EQ(std::memcmp(&mine[i], &full[static_cast<std::size_t>(first) + i], sizeof(float)), 0);
+}
+
 TEST(Collectives, VariableLengthGathers) {
   const Comm& world = runtime().world();
   const int me = world.rank();
