@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/fan_out.h"
 #include "common/regex.h"
+#include "model/stored_names.h"
 
 namespace k3::model {
 
@@ -214,11 +215,8 @@ class Binder {
       }
       return;
     }
-    // "model.layers.N.self_attention_res_score" <- "..._res_norm.weight" x "..._res_proj.weight".
-    const std::string base =
-        b.spec.name.substr(0, b.spec.name.size() - std::string("_score").size());
-    const std::string norm = ck_.name_prefix() + base + "_norm.weight";
-    const std::string proj = ck_.name_prefix() + base + "_proj.weight";
+    const std::string norm = ck_.name_prefix() + stored_names::attn_res_norm(b.spec.name);
+    const std::string proj = ck_.name_prefix() + stored_names::attn_res_proj(b.spec.name);
     const StoredTensor* n = need(norm, {H}, "");
     const StoredTensor* p = need(proj, {1, H}, "");
     if (!n || !p) return;
@@ -243,8 +241,7 @@ class Binder {
       }
       return;
     }
-    const std::string name =
-        ck_.name_prefix() + b.spec.name.substr(0, b.spec.name.size() - 5) + "A_log";
+    const std::string name = ck_.name_prefix() + stored_names::kda_a_log(b.spec.name);
     const StoredTensor* t = ck_.find(name);
     if (!t) {
       problem("missing tensor '" + name + "' for " + b.spec.name +
@@ -308,7 +305,6 @@ class Binder {
     const std::string scheme(scheme_name(code));  // for messages
     const bool is_float_scheme = code == ModelSlimScheme::kFloat;
     const bool is_int4 = code == ModelSlimScheme::kW4A8Dynamic;
-    const std::string base = name.substr(0, name.size() - std::string(".weight").size());
     const std::int64_t N = shape[0], K = shape[1];
     std::vector<std::pair<StoredPart, bool>> wanted;  // part, and whether it must exist
     auto want = [&](PartRole role, const std::string& tensor, DType expected_dtype_hint,
@@ -328,8 +324,10 @@ class Binder {
       want(PartRole::kWeight, name, DType::kBF16, {N, K}, 1, 1, false, true);
     } else if (!is_int4) {  // W8A8, W8A8_DYNAMIC
       want(PartRole::kWeight, name, DType::kI8, {N, K}, 1, 1, false, true);
-      want(PartRole::kScale, base + ".weight_scale", DType::kF32, {N, 1}, 1, 1, true, true);
-      want(PartRole::kOffset, base + ".weight_offset", DType::kF32, {N, 1}, 1, 1, true, false);
+      want(PartRole::kScale, stored_names::modelslim_scale(name), DType::kF32, {N, 1}, 1, 1, true,
+           true);
+      want(PartRole::kOffset, stored_names::modelslim_offset(name), DType::kF32, {N, 1}, 1, 1, true,
+           false);
     } else {                                          // W4A8_DYNAMIC
       const bool packed_rows = d.version == "1.0.0";  // two int4 per byte along the output dim
       if (packed_rows && N % 2 != 0) {
@@ -339,17 +337,19 @@ class Binder {
       }
       want(PartRole::kWeight, name, DType::kI8, {packed_rows ? N / 2 : N, K}, packed_rows ? 2 : 1,
            1, false, true);
-      want(PartRole::kScale, base + ".weight_scale", DType::kF32, {N, 1}, 1, 1, true, true);
-      want(PartRole::kOffset, base + ".weight_offset", DType::kF32, {N, 1}, 1, 1, true, false);
+      want(PartRole::kScale, stored_names::modelslim_scale(name), DType::kF32, {N, 1}, 1, 1, true,
+           true);
+      want(PartRole::kOffset, stored_names::modelslim_offset(name), DType::kF32, {N, 1}, 1, 1, true,
+           false);
       if (d.group_size > 0) {
         if (K % d.group_size != 0) {
           problem("'" + name + "' has " + std::to_string(K) +
                   " columns, not a multiple of group_size " + std::to_string(d.group_size));
           return;
         }
-        want(PartRole::kGroupScale, base + ".weight_scale_second", DType::kF32,
+        want(PartRole::kGroupScale, stored_names::modelslim_group_scale(name), DType::kF32,
              {N, K / d.group_size}, 1, d.group_size, false, true);
-        want(PartRole::kGroupOffset, base + ".weight_offset_second", DType::kF32,
+        want(PartRole::kGroupOffset, stored_names::modelslim_group_offset(name), DType::kF32,
              {N, K / d.group_size}, 1, d.group_size, false, false);
       }
     }
@@ -407,18 +407,17 @@ class Binder {
                        v = c.v_head_dim;
     if (b.repr.answer) {
       // llama.cpp's split: K stays Q4_0, V stays Q2_K, and they must remain separate.
-      const std::string layer = "blk." + std::to_string(b.spec.layer) + ".";
+      const int layer = b.spec.layer;
       const StoredTensor* k =
-          need(layer + "attn_k_b.weight", {H, L, nope},
+          need(stored_names::gguf_k_b(layer), {H, L, nope},
                " (split_gguf_kv_b is true for format " + std::string(fmt_.name()) + ")");
       const StoredTensor* vb =
-          need(layer + "attn_v_b.weight", {H, v, L},
+          need(stored_names::gguf_v_b(layer), {H, v, L},
                " (split_gguf_kv_b is true for format " + std::string(fmt_.name()) + ")");
-      if (const StoredTensor* dense_kv_b = ck_.find(layer + "attn_kv_b.weight")) {
+      if (const StoredTensor* dense_kv_b = ck_.find(stored_names::gguf_kv_b(layer))) {
         claim(*dense_kv_b);
-        problem("tensor '" + layer +
-                "attn_kv_b.weight' is stored although capability split_gguf_kv_b "
-                "selects attn_k_b + attn_v_b");
+        problem("tensor '" + dense_kv_b->entry.name +
+                "' is stored although capability split_gguf_kv_b selects attn_k_b + attn_v_b");
       }
       if (!k || !vb) return;
       if (k->entry.dtype != DType::kQ4_0) {
@@ -485,10 +484,8 @@ class Binder {
   void bind_experts(Binding& b) {
     const std::int64_t E = b.spec.shape[0], out = b.spec.shape[1], in = b.spec.shape[2];
     const std::string which = b.spec.name.substr(b.spec.name.size() - 2);  // w1, w2, w3
-    const std::string layer_prefix = ck_.name_prefix() + "model.layers." +
-                                     std::to_string(b.spec.layer) + ".block_sparse_moe.experts.";
-    auto expert_name = [&](std::int64_t e, const char* suffix) {
-      return layer_prefix + std::to_string(e) + "." + which + suffix;
+    auto expert_stem = [&](std::int64_t e) {
+      return stored_names::routed_expert(ck_.name_prefix(), b.spec.layer, e, which);
     };
     if (fmt_.has(Capability::kFp4RoutedExperts)) {
       ask(b.repr, Capability::kFp4RoutedExperts);
@@ -501,8 +498,8 @@ class Binder {
       StoredPart scale{PartRole::kE8m0, {}, DType::kU8, {out, in / 32}, 1, 32, false, {}};
       for (std::int64_t e = 0; e < E; ++e) {
         for (StoredPart* p : {&packed, &scale}) {
-          const std::string name =
-              expert_name(e, p == &packed ? ".weight_packed" : ".weight_scale");
+          const std::string name = p == &packed ? stored_names::mxfp4_packed(expert_stem(e))
+                                                : stored_names::mxfp4_scale(expert_stem(e));
           const StoredTensor* t = need(name, p->shape, "");
           if (!t) continue;
           if (t->entry.dtype != DType::kU8) {
@@ -538,7 +535,7 @@ class Binder {
     if (fmt_.has(Capability::kModelSlimQuantization)) {
       ask(b.repr, Capability::kModelSlimQuantization);
       for (std::int64_t e = 0; e < E; ++e)
-        bind_modelslim(b, expert_name(e, ".weight"), {out, in}, b.repr, e);
+        bind_modelslim(b, expert_stem(e) + ".weight", {out, in}, b.repr, e);
       for (const StoredPart& p : b.parts) {
         if (p.role != PartRole::kOffset && p.role != PartRole::kGroupOffset &&
             p.tensors.size() != static_cast<std::size_t>(E)) {
@@ -550,7 +547,7 @@ class Binder {
     }
     StoredPart dense_part{PartRole::kWeight, {}, DType::kBF16, {out, in}, 1, 1, false, {}};
     for (std::int64_t e = 0; e < E; ++e) {
-      const std::string name = expert_name(e, ".weight");
+      const std::string name = expert_stem(e) + ".weight";
       if (const StoredTensor* t = need(name, dense_part.shape, "")) {
         dense_part.dtype = t->entry.dtype;
         dense_part.tensors.push_back(name);

@@ -15,6 +15,7 @@
 #include "model/gguf.h"
 #include "model/parameters.h"
 #include "model/safetensors.h"
+#include "model/stored_names.h"
 #include "model/tokenizer/bpe_trainer.h"
 #include "model/tokenizer/gguf_vocab.h"
 #include "quant/fp.h"
@@ -459,17 +460,16 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
       return;
     }
     const bool int4 = scheme == "W4A8_DYNAMIC";
-    const std::string base = name.substr(0, name.size() - 7);
     std::vector<std::int64_t> wshape = shape;
     if (int4) wshape[0] /= 2;
     quant::QuantizedMatrix q;
     if (!o.header_only)
       q = c.quantized(int4 ? quant::Type::kModelSlimInt4 : quant::Type::kModelSlimInt8, v, shape);
     c.raw(name, DType::kI8, wshape, q.data);
-    c.raw(base + ".weight_scale", DType::kF32, {shape[0], 1}, as_bytes_f32(q.scale));
+    c.raw(stored_names::modelslim_scale(name), DType::kF32, {shape[0], 1}, as_bytes_f32(q.scale));
     std::vector<float> offset(q.scale.size(), 0.0f);
     if (!q.offset.empty()) offset = q.offset;
-    c.raw(base + ".weight_offset", DType::kF32, {shape[0], 1}, as_bytes_f32(offset));
+    c.raw(stored_names::modelslim_offset(name), DType::kF32, {shape[0], 1}, as_bytes_f32(offset));
   };
 
   for (const ParamSpec& s : specs) {
@@ -482,10 +482,11 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
         break;
       }
       case ParamFamily::kAttnResScore: {
-        const std::string base = n.substr(0, n.size() - 6);
         const std::int64_t H = s.shape[0];
-        const auto norm = c.values(base + "_norm.weight", {H});
-        const auto proj = c.values(base + "_proj.weight", {1, H});
+        const std::string norm_name = stored_names::attn_res_norm(n);
+        const std::string proj_name = stored_names::attn_res_proj(n);
+        const auto norm = c.values(norm_name, {H});
+        const auto proj = c.values(proj_name, {1, H});
         if (gguf) {
           std::vector<float> score(o.header_only ? 0 : H);
           for (std::int64_t i = 0; i < static_cast<std::int64_t>(score.size()); ++i) {
@@ -495,18 +496,19 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
           }
           c.dense(gguf_name(n, cfg), DType::kF32, {H}, score);
         } else {
-          if (ms)
-            description[prefix + base + "_norm.weight"] = "FLOAT",
-                                        description[prefix + base + "_proj.weight"] = "FLOAT";
-          c.dense(prefix + base + "_norm.weight", DType::kBF16, {H}, norm);
-          c.dense(prefix + base + "_proj.weight", DType::kBF16, {1, H}, proj);
+          if (ms) {
+            description[prefix + norm_name] = "FLOAT";
+            description[prefix + proj_name] = "FLOAT";
+          }
+          c.dense(prefix + norm_name, DType::kBF16, {H}, norm);
+          c.dense(prefix + proj_name, DType::kBF16, {1, H}, proj);
         }
         break;
       }
       case ParamFamily::kKdaDecay: {
         const std::int64_t heads = s.shape[0];
         const std::int64_t stored_len = std::max<std::int64_t>(heads, cfg.kda_head_dim);
-        const std::string a_log = n.substr(0, n.size() - 5) + "A_log";
+        const std::string a_log = stored_names::kda_a_log(n);
         auto v = c.values(a_log, {stored_len});
         for (std::int64_t i = heads; i < static_cast<std::int64_t>(v.size()); ++i)
           v[i] = 0.0f;  // unused, as in the release
@@ -561,9 +563,8 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
             std::memcpy(vv.data() + h * vd * L, head + nope * L, sizeof(float) * vd * L);
           }
         }
-        const std::string layer = "blk." + std::to_string(s.layer) + ".";
-        c.dense(layer + "attn_k_b.weight", DType::kQ4_0, {H, L, nope}, k);
-        c.dense(layer + "attn_v_b.weight", DType::kQ2_K, {H, vd, L}, vv);
+        c.dense(stored_names::gguf_k_b(s.layer), DType::kQ4_0, {H, L, nope}, k);
+        c.dense(stored_names::gguf_v_b(s.layer), DType::kQ2_K, {H, vd, L}, vv);
         break;
       }
       case ParamFamily::kRoutedExpert: {
@@ -574,18 +575,16 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
           c.dense(gguf_name(n, cfg), t, s.shape, c.values(n, s.shape));
           break;
         }
-        const std::string layer =
-            prefix + "model.layers." + std::to_string(s.layer) + ".block_sparse_moe.experts.";
         for (std::int64_t e = 0; e < E; ++e) {
           const auto v = c.values(n, {out, in}, static_cast<std::size_t>(e * out * in), out * in);
-          const std::string name = layer + std::to_string(e) + "." + which;
+          const std::string name = stored_names::routed_expert(prefix, s.layer, e, which);
           if (ms) {
             modelslim_linear(name + ".weight", {out, in}, v, "W4A8_DYNAMIC");
           } else {
             quant::QuantizedMatrix q;
             if (!o.header_only) q = c.quantized(quant::Type::kMXFP4Packed, v, {out, in});
-            c.raw(name + ".weight_packed", DType::kU8, {out, in / 2}, q.data);
-            c.raw(name + ".weight_scale", DType::kU8, {out, in / 32}, q.e8m0);
+            c.raw(stored_names::mxfp4_packed(name), DType::kU8, {out, in / 2}, q.data);
+            c.raw(stored_names::mxfp4_scale(name), DType::kU8, {out, in / 32}, q.e8m0);
           }
         }
         break;
