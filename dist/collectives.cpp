@@ -99,26 +99,15 @@ void allreduce_sum_ordered(const Comm& comm, std::span<float> data) {
   const WaitScope wait("allreduce_sum_ordered");
   checked_count(data.size(), "allreduce_sum_ordered");
   const auto p = static_cast<std::size_t>(members);
-  // Segment s = [n s / P, n (s + 1) / P): member s adds it up.
+  // Segment s = [n s / P, n (s + 1) / P): member s adds it up, then every member gets them all.
   std::vector<int> counts(p), displs(p);
   for (std::size_t s = 0; s < p; ++s) {
     displs[s] = static_cast<int>(data.size() * s / p);
     counts[s] = static_cast<int>(data.size() * (s + 1) / p) - displs[s];
   }
   const auto me = static_cast<std::size_t>(comm.rank());
-  const int mine = counts[me];
-  std::vector<int> recv_counts(p, mine), recv_displs(p);
-  for (std::size_t r = 0; r < p; ++r) recv_displs[r] = static_cast<int>(r) * mine;
-  std::vector<float> parts(p * static_cast<std::size_t>(mine));
-  check_mpi(MPI_Alltoallv(data.data(), counts.data(), displs.data(), MPI_FLOAT, parts.data(),
-                          recv_counts.data(), recv_displs.data(), MPI_FLOAT, comm.handle()),
-            "MPI_Alltoallv");
-  float* sum = data.data() + displs[me];
-  for (int i = 0; i < mine; ++i) sum[i] = parts[static_cast<std::size_t>(i)];
-  for (std::size_t r = 1; r < p; ++r) {
-    const float* part = parts.data() + r * static_cast<std::size_t>(mine);
-    for (int i = 0; i < mine; ++i) sum[i] += part[i];
-  }
+  const std::vector<float> sum = reduce_scatter_sum_ordered(comm, data, counts);
+  std::copy(sum.begin(), sum.end(), data.begin() + displs[me]);
   check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data(), counts.data(),
                            displs.data(), MPI_FLOAT, comm.handle()),
             "MPI_Allgatherv");

@@ -324,10 +324,10 @@ class Binder {
       want(PartRole::kWeight, name, DType::kBF16, {N, K}, 1, 1, false, true);
     } else if (!is_int4) {  // W8A8, W8A8_DYNAMIC
       want(PartRole::kWeight, name, DType::kI8, {N, K}, 1, 1, false, true);
-      want(PartRole::kScale, stored_names::modelslim_scale(name), DType::kF32, {N, 1}, 1, 1, true,
-           true);
-      want(PartRole::kOffset, stored_names::modelslim_offset(name), DType::kF32, {N, 1}, 1, 1, true,
-           false);
+      want(PartRole::kScale, stored_names::modelslim(name, stored_names::kModelSlimScale),
+           DType::kF32, {N, 1}, 1, 1, true, true);
+      want(PartRole::kOffset, stored_names::modelslim(name, stored_names::kModelSlimOffset),
+           DType::kF32, {N, 1}, 1, 1, true, false);
     } else {                                          // W4A8_DYNAMIC
       const bool packed_rows = d.version == "1.0.0";  // two int4 per byte along the output dim
       if (packed_rows && N % 2 != 0) {
@@ -337,19 +337,21 @@ class Binder {
       }
       want(PartRole::kWeight, name, DType::kI8, {packed_rows ? N / 2 : N, K}, packed_rows ? 2 : 1,
            1, false, true);
-      want(PartRole::kScale, stored_names::modelslim_scale(name), DType::kF32, {N, 1}, 1, 1, true,
-           true);
-      want(PartRole::kOffset, stored_names::modelslim_offset(name), DType::kF32, {N, 1}, 1, 1, true,
-           false);
+      want(PartRole::kScale, stored_names::modelslim(name, stored_names::kModelSlimScale),
+           DType::kF32, {N, 1}, 1, 1, true, true);
+      want(PartRole::kOffset, stored_names::modelslim(name, stored_names::kModelSlimOffset),
+           DType::kF32, {N, 1}, 1, 1, true, false);
       if (d.group_size > 0) {
         if (K % d.group_size != 0) {
           problem("'" + name + "' has " + std::to_string(K) +
                   " columns, not a multiple of group_size " + std::to_string(d.group_size));
           return;
         }
-        want(PartRole::kGroupScale, stored_names::modelslim_group_scale(name), DType::kF32,
+        want(PartRole::kGroupScale,
+             stored_names::modelslim(name, stored_names::kModelSlimGroupScale), DType::kF32,
              {N, K / d.group_size}, 1, d.group_size, false, true);
-        want(PartRole::kGroupOffset, stored_names::modelslim_group_offset(name), DType::kF32,
+        want(PartRole::kGroupOffset,
+             stored_names::modelslim(name, stored_names::kModelSlimGroupOffset), DType::kF32,
              {N, K / d.group_size}, 1, d.group_size, false, false);
       }
     }

@@ -31,18 +31,13 @@ inline std::string kda_a_log(std::string_view decay) {
   return detail::without_suffix(decay, "decay") + "A_log";
 }
 
-// ModelSlim's quantization parameters beside "<x>.weight".
-inline std::string modelslim_scale(std::string_view weight) {
-  return detail::without_suffix(weight, ".weight") + ".weight_scale";
-}
-inline std::string modelslim_offset(std::string_view weight) {
-  return detail::without_suffix(weight, ".weight") + ".weight_offset";
-}
-inline std::string modelslim_group_scale(std::string_view weight) {
-  return detail::without_suffix(weight, ".weight") + ".weight_scale_second";
-}
-inline std::string modelslim_group_offset(std::string_view weight) {
-  return detail::without_suffix(weight, ".weight") + ".weight_offset_second";
+// ModelSlim's quantization parameters beside "<x>.weight": "<x>.weight" + the part's suffix.
+inline constexpr std::string_view kModelSlimScale = "_scale";
+inline constexpr std::string_view kModelSlimOffset = "_offset";
+inline constexpr std::string_view kModelSlimGroupScale = "_scale_second";
+inline constexpr std::string_view kModelSlimGroupOffset = "_offset_second";
+inline std::string modelslim(std::string_view weight, std::string_view part) {
+  return std::string(weight) + std::string(part);
 }
 
 // One routed expert's matrix in the safetensors formats, without its suffix:

@@ -466,10 +466,12 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
     if (!o.header_only)
       q = c.quantized(int4 ? quant::Type::kModelSlimInt4 : quant::Type::kModelSlimInt8, v, shape);
     c.raw(name, DType::kI8, wshape, q.data);
-    c.raw(stored_names::modelslim_scale(name), DType::kF32, {shape[0], 1}, as_bytes_f32(q.scale));
+    c.raw(stored_names::modelslim(name, stored_names::kModelSlimScale), DType::kF32, {shape[0], 1},
+          as_bytes_f32(q.scale));
     std::vector<float> offset(q.scale.size(), 0.0f);
     if (!q.offset.empty()) offset = q.offset;
-    c.raw(stored_names::modelslim_offset(name), DType::kF32, {shape[0], 1}, as_bytes_f32(offset));
+    c.raw(stored_names::modelslim(name, stored_names::kModelSlimOffset), DType::kF32,
+          {shape[0], 1}, as_bytes_f32(offset));
   };
 
   for (const ParamSpec& s : specs) {
