@@ -41,11 +41,6 @@ std::uint64_t hash_name(const std::string& s) {
   return h;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
 namespace {
@@ -100,8 +95,8 @@ bool routing_fits(const SynthStructure& s, std::int64_t width) {
 
 }  // namespace
 
-void synth_values(std::uint64_t seed, const std::string& name, std::int64_t fan_in,
-                  const SynthStructure& structure, float* out, std::size_t n,
+void synth_values(std::uint64_t seed, const std::string& name, const SynthRole& role,
+                  std::int64_t fan_in, const SynthStructure& structure, float* out, std::size_t n,
                   std::size_t first_index) {
   const std::uint64_t base = splitmix(seed ^ hash_name(name));
   auto uniform = [&](std::size_t i, int k) {  // in [-1, 1)
@@ -122,15 +117,18 @@ void synth_values(std::uint64_t seed, const std::string& name, std::int64_t fan_
     oneapi::tbb::parallel_for(std::size_t{0}, n, [&](std::size_t i) { out[i] = value(i); });
   };
 
-  if (ends_with(name, "norm.weight")) {
+  const SynthShape shape = role.shape == SynthShape::kRouter && !routing_fits(structure, width)
+                               ? SynthShape::kMatrix
+                               : role.shape;
+  if (shape == SynthShape::kNormWeight) {
     each([&](std::size_t i) { return 1.0f + 0.1f * uniform(i, 0); });
-  } else if (ends_with(name, "A_log")) {
+  } else if (shape == SynthShape::kDecayLog) {
     each([&](std::size_t i) { return std::log(1.0f + 1.5f * (uniform(i, 0) + 1.0f)); });
-  } else if (ends_with(name, "dt_bias") || ends_with(name, "e_score_correction_bias")) {
+  } else if (shape == SynthShape::kBias || shape == SynthShape::kRouterBias) {
     each([&](std::size_t i) { return 0.05f * uniform(i, 0); });
-  } else if (ends_with(name, "conv1d.weight")) {
+  } else if (shape == SynthShape::kConvTaps) {
     each([&](std::size_t i) { return 0.5f * uniform(i, 0); });
-  } else if (ends_with(name, "embed_tokens.weight")) {
+  } else if (shape == SynthShape::kEmbedding) {
     // Unit RMS plus the token's routing directions.
     const bool routed = routing_fits(structure, width);
     const float unit = std::sqrt(static_cast<float>(width));
@@ -148,7 +146,7 @@ void synth_values(std::uint64_t seed, const std::string& name, std::int64_t fan_
             out[i] = v;
           }
         });
-  } else if (ends_with(name, "block_sparse_moe.gate.weight") && routing_fits(structure, width)) {
+  } else if (shape == SynthShape::kRouter) {
     // Row e reads direction of_expert[e]: a seeded permutation per layer (the name).
     std::vector<int> of_expert(static_cast<std::size_t>(structure.num_experts));
     for (int e = 0; e < structure.num_experts; ++e) of_expert[static_cast<std::size_t>(e)] = e;
@@ -161,7 +159,7 @@ void synth_values(std::uint64_t seed, const std::string& name, std::int64_t fan_
       const auto [e, d] = coordinates(i);
       return kRouterGain * routing_direction(seed, of_expert[static_cast<std::size_t>(e)], d, width);
     });
-  } else if (ends_with(name, "lm_head.weight")) {
+  } else if (shape == SynthShape::kLmHead) {
     each([&](std::size_t i) {
       const auto [token, d] = coordinates(i);
       const bool frequent =
@@ -171,19 +169,54 @@ void synth_values(std::uint64_t seed, const std::string& name, std::int64_t fan_
       return normal(i) * (frequent ? kFrequentGain : 1.0f);
     });
   } else {
-    float gain = 1.0f;
-    if (ends_with(name, "self_attn.o_proj.weight"))
-      gain = kAttentionOutputGain;
-    else if (ends_with(name, "mlp.down_proj.weight") ||
-             ends_with(name, "shared_experts.down_proj.weight"))
-      gain = kMlpOutputGain;
-    else if (ends_with(name, "routed_expert_up_proj.weight"))
-      gain = kLatentOutputGain;
-    else if (ends_with(name, "res_proj.weight"))
-      gain = kAttnResScoreGain;
-    each([&](std::size_t i) { return normal(i) * gain; });
+    each([&](std::size_t i) { return normal(i) * role.gain; });
   }
 }
+
+namespace {
+
+// Each parameter's synthetic role, by its field in the definition: a vector is a norm weight and
+// a matrix a plain matrix unless its place says otherwise. An AttnRes score's role is its stored
+// projection's (its stored norm weight is a kNormWeight); the KDA decay's is its stored A_log's.
+ModelWeights<SynthRole> synth_roles(const ModelWeights<ParamSpec>& definition) {
+  ModelWeights<SynthRole> r = map_weights(definition, [](const ParamSpec& s) {
+    switch (s.family) {
+      case ParamFamily::kVector:
+        return SynthRole{SynthShape::kNormWeight};
+      case ParamFamily::kAttnResScore:
+        return SynthRole{SynthShape::kMatrix, kAttnResScoreGain};
+      case ParamFamily::kKdaDecay:
+        return SynthRole{SynthShape::kDecayLog, 1.0f, true};
+      default:
+        return SynthRole{};
+    }
+  });
+  r.embed_tokens.shape = SynthShape::kEmbedding;
+  r.lm_head.shape = SynthShape::kLmHead;
+  const SynthRole bias{SynthShape::kBias, 1.0f, true};
+  const SynthRole conv{SynthShape::kConvTaps, 1.0f, true};
+  for (LayerWeights<SynthRole>& layer : r.layers) {
+    if (layer.mla) layer.mla->o_proj.gain = kAttentionOutputGain;
+    if (layer.kda) {
+      KdaWeights<SynthRole>& k = *layer.kda;
+      k.o_proj.gain = kAttentionOutputGain;
+      k.q_conv1d = k.k_conv1d = k.v_conv1d = conv;
+      k.dt_bias = bias;
+      k.o_norm.stored_f32 = true;
+    }
+    if (layer.mlp) layer.mlp->down_proj.gain = kMlpOutputGain;
+    if (layer.moe) {
+      MoeWeights<SynthRole>& m = *layer.moe;
+      m.gate.shape = SynthShape::kRouter;
+      m.e_score_correction_bias = {SynthShape::kRouterBias, 1.0f, true};
+      m.routed_expert_up_proj.gain = kLatentOutputGain;
+      if (m.shared_experts) m.shared_experts->down_proj.gain = kMlpOutputGain;
+    }
+  }
+  return r;
+}
+
+}  // namespace
 
 namespace {
 
@@ -221,13 +254,14 @@ class Collector {
   Collector(const SynthOptions& o, const SynthStructure& structure)
       : o_(o), structure_(structure) {}
 
-  std::vector<float> values(const std::string& logical, const std::vector<std::int64_t>& shape,
-                            std::size_t first = 0, std::int64_t count = -1) const {
+  std::vector<float> values(const std::string& logical, const SynthRole& role,
+                            const std::vector<std::int64_t>& shape, std::size_t first = 0,
+                            std::int64_t count = -1) const {
     if (o_.header_only) return {};  // shapes only: no values at all (the full preset is terabytes)
     std::vector<float> v(count < 0 ? static_cast<std::size_t>(numel(shape))
                                    : static_cast<std::size_t>(count));
-    synth_values(o_.seed, logical, shape.back(), structure_, v.data(), v.size(), first);
-    if (o_.router_margin > 0 && ends_with(logical, "e_score_correction_bias") && first == 0 &&
+    synth_values(o_.seed, logical, role, shape.back(), structure_, v.data(), v.size(), first);
+    if (o_.router_margin > 0 && role.shape == SynthShape::kRouterBias && first == 0 &&
         v.size() == static_cast<std::size_t>(numel(shape)))
       fix_routing(logical, v);
     return v;
@@ -431,7 +465,8 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
                      std::to_string(train.vocab_size));
   }
   dist::LayoutSpec one;
-  const auto specs = kimi_k3_parameters(cfg, dist::Layout::make(one));
+  const ModelWeights<ParamSpec> definition = kimi_k3_definition(cfg, dist::Layout::make(one));
+  const ModelWeights<SynthRole> roles = synth_roles(definition);
   fs::create_directories(o.out);
   SynthStructure structure;
   structure.num_experts = cfg.num_experts;
@@ -445,12 +480,6 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
   const std::string prefix = gguf || draft ? "" : "language_model.";
   json description = {
       {"model_quant_type", "W4A8_DYNAMIC"}, {"version", "1.0.0"}, {"group_size", 0}};
-  auto float_dtype = [&](const std::string& name) {
-    const bool f32 = gguf || ends_with(name, "conv1d.weight") || ends_with(name, "dt_bias") ||
-                     ends_with(name, "o_norm.weight") ||
-                     ends_with(name, "e_score_correction_bias") || ends_with(name, "A_log");
-    return f32 ? DType::kF32 : DType::kBF16;
-  };
   // ModelSlim linears: int8 weight with per-row scale and offset, or FLOAT.
   auto modelslim_linear = [&](const std::string& name, const std::vector<std::int64_t>& shape,
                               const std::vector<float>& v, const std::string& scheme) {
@@ -474,21 +503,23 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
           {shape[0], 1}, as_bytes_f32(offset));
   };
 
-  for (const ParamSpec& s : specs) {
+  // Every parameter with its synthetic role, in the definition's order.
+  auto emit = [&](const ParamSpec& s, const SynthRole& role) {
     const std::string& n = s.name;
     switch (s.family) {
       case ParamFamily::kVector: {
         const std::string stored = gguf ? gguf_name(n, cfg) : prefix + n;
         if (ms) description[stored] = "FLOAT";
-        c.dense(stored, float_dtype(n), s.shape, c.values(n, s.shape));
+        c.dense(stored, gguf || role.stored_f32 ? DType::kF32 : DType::kBF16, s.shape,
+                c.values(n, role, s.shape));
         break;
       }
       case ParamFamily::kAttnResScore: {
         const std::int64_t H = s.shape[0];
         const std::string norm_name = stored_names::attn_res_norm(n);
         const std::string proj_name = stored_names::attn_res_proj(n);
-        const auto norm = c.values(norm_name, {H});
-        const auto proj = c.values(proj_name, {1, H});
+        const auto norm = c.values(norm_name, SynthRole{SynthShape::kNormWeight}, {H});
+        const auto proj = c.values(proj_name, role, {1, H});
         if (gguf) {
           std::vector<float> score(o.header_only ? 0 : H);
           for (std::int64_t i = 0; i < static_cast<std::int64_t>(score.size()); ++i) {
@@ -511,7 +542,7 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
         const std::int64_t heads = s.shape[0];
         const std::int64_t stored_len = std::max<std::int64_t>(heads, cfg.kda_head_dim);
         const std::string a_log = stored_names::kda_a_log(n);
-        auto v = c.values(a_log, {stored_len});
+        auto v = c.values(a_log, role, {stored_len});
         for (std::int64_t i = heads; i < static_cast<std::int64_t>(v.size()); ++i)
           v[i] = 0.0f;  // unused, as in the release
         if (gguf) {
@@ -528,15 +559,13 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
       case ParamFamily::kEmbedding:
       case ParamFamily::kLinear:
       case ParamFamily::kLatentProjection: {
-        const auto v = c.values(n, s.shape);
+        const auto v = c.values(n, role, s.shape);
+        const bool router = role.shape == SynthShape::kRouter;
         if (gguf) {
-          const bool router =
-              ends_with(n, "gate.weight") && n.find("block_sparse_moe") != std::string::npos;
           c.dense(gguf_name(n, cfg), router ? DType::kF32 : DType::kQ8_0, s.shape, v);
         } else if (ms) {
-          const bool keep_float =
-              s.family == ParamFamily::kEmbedding || n == "lm_head.weight" ||
-              (ends_with(n, "gate.weight") && n.find("block_sparse_moe") != std::string::npos);
+          const bool keep_float = s.family == ParamFamily::kEmbedding ||
+                                  role.shape == SynthShape::kLmHead || router;
           modelslim_linear(prefix + n, s.shape, v, keep_float ? "FLOAT" : "W8A8_DYNAMIC");
         } else {
           c.dense(prefix + n, DType::kBF16, s.shape, v);
@@ -544,7 +573,7 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
         break;
       }
       case ParamFamily::kMlaKvB: {
-        const auto v = c.values(n, s.shape);
+        const auto v = c.values(n, role, s.shape);
         if (!gguf) {
           if (ms) description[prefix + n] = "FLOAT";
           c.dense(prefix + n, DType::kBF16, s.shape, v);
@@ -574,11 +603,12 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
         const std::string which = n.substr(n.size() - 2);
         if (gguf) {
           const DType t = which == "w2" ? DType::kQ3_K : DType::kQ2_K;
-          c.dense(gguf_name(n, cfg), t, s.shape, c.values(n, s.shape));
+          c.dense(gguf_name(n, cfg), t, s.shape, c.values(n, role, s.shape));
           break;
         }
         for (std::int64_t e = 0; e < E; ++e) {
-          const auto v = c.values(n, {out, in}, static_cast<std::size_t>(e * out * in), out * in);
+          const auto v =
+              c.values(n, role, {out, in}, static_cast<std::size_t>(e * out * in), out * in);
           const std::string name = stored_names::routed_expert(prefix, s.layer, e, which);
           if (ms) {
             modelslim_linear(name + ".weight", {out, in}, v, "W4A8_DYNAMIC");
@@ -592,7 +622,8 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
         break;
       }
     }
-  }
+  };
+  ModelWeights<ParamSpec>::fields(emit, definition, roles);
 
   SynthSummary summary;
   const auto shard_of = assign_shards(c.tensors, o.shards);

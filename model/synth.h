@@ -55,11 +55,30 @@ struct SynthStructure {
   int ordinary_tokens = 0;    // token ids below this may be frequent tokens of the LM head
 };
 
-// The logical (unquantized) value of parameter `name`, element `i` of `n`: deterministic in
-// (seed, name, i), so every format and every rank sees the same weights. `fan_in` is the last
-// dimension (a row's length).
-void synth_values(std::uint64_t seed, const std::string& name, std::int64_t fan_in,
-                  const SynthStructure& structure, float* out, std::size_t n,
+// What a tensor's synthetic values look like, chosen by its place in the model's typed tree
+// (synth.cpp, synth_roles), never by its name.
+enum class SynthShape {
+  kMatrix,      // roughly normal, variance gain^2 / fan_in
+  kNormWeight,  // 1 + 0.1 u
+  kDecayLog,    // the KDA A_log: log(1 + 1.5 (u + 1))
+  kBias,        // 0.05 u (dt_bias)
+  kRouterBias,  // the router's score-correction bias: kBias, plus SynthOptions::router_margin
+  kConvTaps,    // 0.5 u
+  kEmbedding,   // unit RMS plus the token's routing directions
+  kRouter,      // each row one routing direction (a plain matrix when routing does not fit)
+  kLmHead,      // frequent tokens' rows longer
+};
+struct SynthRole {
+  SynthShape shape = SynthShape::kMatrix;
+  float gain = 1.0f;        // kMatrix
+  bool stored_f32 = false;  // the release stores it F32 (conv taps, dt_bias, o_norm, the bias)
+};
+
+// The logical (unquantized) value of tensor `name` with `role`, element `i` of `n`: deterministic
+// in (seed, name, i), so every format and every rank sees the same weights (the name only seeds
+// them). `fan_in` is the last dimension (a row's length).
+void synth_values(std::uint64_t seed, const std::string& name, const SynthRole& role,
+                  std::int64_t fan_in, const SynthStructure& structure, float* out, std::size_t n,
                   std::size_t first_index = 0);
 
 }  // namespace k3::model
