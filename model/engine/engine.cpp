@@ -77,7 +77,6 @@ Engine::Impl::Impl(const ModelConfig& config, const WeightStore& ws, const dist:
   final_norm = vec(w.norm);
   output_res_score = vec(*w.output_attn_res_score);
 
-  bool experts_ready = false;
   for (const LayerWeights<const Weight*>& lw : w.layers) {
     Layer L;
     L.input_norm = vec(lw.input_layernorm);
@@ -148,11 +147,10 @@ Engine::Impl::Impl(const ModelConfig& config, const WeightStore& ws, const dist:
         x.w2.emplace_back(w2.expert(i), exact);
       }
       if (src.shared_experts) x.shared = glu(*src.shared_experts, layout.shared_experts_group());
-      if (!experts_ready) {  // every MoE layer holds the same slice of the experts
-        experts = ExpertDispatcher(groups, c.num_experts, c.num_experts_per_token,
-                                   static_cast<std::size_t>(c.routed_expert_hidden_size),
-                                   static_cast<int>(w1.box.begin.at(0)), x.w1.size());
-        experts_ready = true;
+      if (!experts) {  // every MoE layer holds the same slice of the experts
+        experts.emplace(groups, c.num_experts, c.num_experts_per_token,
+                        static_cast<std::size_t>(c.routed_expert_hidden_size),
+                        static_cast<int>(w1.box.begin.at(0)), x.w1.size());
       }
     }
     layers.push_back(std::move(L));

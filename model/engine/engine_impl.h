@@ -86,7 +86,7 @@ struct Engine::Impl {
 
   VocabParallelEmbedding embedding;
   VocabParallelLmHead lm_head;
-  ExpertDispatcher experts;
+  std::optional<ExpertDispatcher> experts;  // absent in a model without MoE layers
   std::vector<float> final_norm, output_res_score;
   std::vector<Layer> layers;
   std::size_t mla_layers = 0, kda_layers = 0;

@@ -160,7 +160,6 @@ class TokenShares {
 // adds its slices' partial outputs and each member keeps its own tokens.
 class ExpertDispatcher {
  public:
-  ExpertDispatcher() = default;
   ExpertDispatcher(const dist::Groups& groups, int num_experts, int top_k, std::size_t latent,
                    int first_local_expert, std::size_t local_experts);
 
