@@ -499,9 +499,10 @@ class Binder {
       StoredPart packed{PartRole::kPacked, {}, DType::kU8, {out, in / 2}, 1, 2, false, {}};
       StoredPart scale{PartRole::kE8m0, {}, DType::kU8, {out, in / 32}, 1, 32, false, {}};
       for (std::int64_t e = 0; e < E; ++e) {
+        const std::string stem = expert_stem(e);
         for (StoredPart* p : {&packed, &scale}) {
-          const std::string name = p == &packed ? stored_names::mxfp4_packed(expert_stem(e))
-                                                : stored_names::mxfp4_scale(expert_stem(e));
+          const std::string name =
+              p == &packed ? stored_names::mxfp4_packed(stem) : stored_names::mxfp4_scale(stem);
           const StoredTensor* t = need(name, p->shape, "");
           if (!t) continue;
           if (t->entry.dtype != DType::kU8) {

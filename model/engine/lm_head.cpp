@@ -79,7 +79,7 @@ void Engine::Impl::lm_head_outputs(const Rows& final_rows, std::span<const StepS
   for (std::size_t r = 0; r < in.total; ++r)
     gather_logits = gather_logits || all_keys[r * kKeys + 3] != 0;
   if (!gather_logits) return;
-  const Rows full = lm_head.gather_vocabulary(logits, in.total, V);
+  const Rows full = lm_head.gather_vocabulary(std::move(logits), in.total, V);
   for (std::size_t i = 0; i < batch.size(); ++i) {
     if (batch[i].output != StepSequence::Output::kAllLogits) continue;
     std::vector<float> rows;

@@ -112,8 +112,7 @@ void VocabParallelLmHead::reduce_best(std::span<float> best, std::span<std::int3
   if (rows_.comm().size() > 1) dist::allreduce_maxloc(rows_.comm(), best, token);
 }
 
-Rows VocabParallelLmHead::gather_vocabulary(const Rows& logits, std::size_t n,
-                                            std::size_t vocab) const {
+Rows VocabParallelLmHead::gather_vocabulary(Rows logits, std::size_t n, std::size_t vocab) const {
   const dist::Comm& comm = rows_.comm();
   if (comm.size() == 1) return logits;
   const auto shards = dist::allgatherv(comm, std::span<const float>(logits));
@@ -185,29 +184,44 @@ Rows ExpertDispatcher::run(std::span<const Route> routes, std::span<const float>
     std::memcpy(at + latent_at, latent, width * sizeof(float));
   };
 
-  // 1. The moe-tp group's tokens, so that every slice of an expert sees the same rows: one record
-  //    per token with all its routes.
+  // 1. With MoE-TP, the moe-tp group's tokens, so that every slice of an expert sees the same
+  //    rows: each member's tokens as one record each (all routes), allgathered. Without it the
+  //    rank dispatches its own tokens straight from `routes` and `z`.
   const dist::Comm& moe_tp = groups_->moe_tp();
-  std::vector<char> tokens(n * rec);
-  {
-    std::vector<std::int32_t> ids(k);
-    std::vector<float> weights(k);
+  const bool shares_tokens = moe_tp.size() > 1;
+  std::vector<char> tokens;
+  std::vector<int> member_tokens{static_cast<int>(n)};  // per moe-tp member, in rank order
+  std::vector<std::int32_t> ids(k), masked(k);
+  std::vector<float> weights(k), masked_weights(k);
+  if (shares_tokens) {
+    std::vector<char> mine(n * rec);
     for (std::size_t i = 0; i < n; ++i) {
       for (std::size_t r = 0; r < k; ++r) {
         ids[r] = routes[i * k + r].expert;
         weights[r] = routes[i * k + r].weight;
       }
-      put(&tokens[i * rec], ids.data(), weights.data(), &z[i * width]);
+      put(&mine[i * rec], ids.data(), weights.data(), &z[i * width]);
     }
-  }
-  std::vector<int> member_tokens{static_cast<int>(n)};  // per moe-tp member, in rank order
-  if (moe_tp.size() > 1) {
-    auto all = dist::allgatherv(moe_tp, std::span<const char>(tokens));
+    auto all = dist::allgatherv(moe_tp, std::span<const char>(mine));
     member_tokens.clear();
     for (int bytes : all.counts) member_tokens.push_back(bytes / static_cast<int>(rec));
     tokens = std::move(all.data);
   }
-  const std::size_t group_tokens = tokens.size() / rec;
+  const std::size_t group_tokens = shares_tokens ? tokens.size() / rec : n;
+  // Token i's routes into ids / weights, and where its latent is.
+  auto read_token = [&](std::size_t i) -> const void* {
+    if (shares_tokens) {
+      const char* record = &tokens[i * rec];
+      std::memcpy(ids.data(), record, ids_bytes);
+      std::memcpy(weights.data(), record + ids_bytes, weights_bytes);
+      return record + latent_at;
+    }
+    for (std::size_t r = 0; r < k; ++r) {
+      ids[r] = routes[i * k + r].expert;
+      weights[r] = routes[i * k + r].weight;
+    }
+    return &z[i * width];
+  };
 
   // 2. Dispatch over moe-ep: per token one record for each owner of its routes (in owner order),
   //    the ids of routes another owner serves set to -1.
@@ -215,13 +229,9 @@ Rows ExpertDispatcher::run(std::span<const Route> routes, std::span<const float>
   const std::size_t owners = static_cast<std::size_t>(ep.size());
   std::vector<std::vector<char>> per_owner(owners);
   std::vector<std::vector<std::size_t>> sent_token(owners);
-  std::vector<std::int32_t> ids(k), masked(k);
-  std::vector<float> weights(k), masked_weights(k);
   std::vector<std::size_t> token_owners;
   for (std::size_t i = 0; i < group_tokens; ++i) {
-    const char* record = &tokens[i * rec];
-    std::memcpy(ids.data(), record, ids_bytes);
-    std::memcpy(weights.data(), record + ids_bytes, weights_bytes);
+    const void* latent = read_token(i);
     token_owners.clear();
     for (std::size_t r = 0; r < k; ++r)
       token_owners.push_back(
@@ -238,7 +248,7 @@ Rows ExpertDispatcher::run(std::span<const Route> routes, std::span<const float>
       auto& buf = per_owner[owner];
       const std::size_t at = buf.size();
       buf.resize(at + rec);
-      put(&buf[at], masked.data(), masked_weights.data(), record + latent_at);
+      put(&buf[at], masked.data(), masked_weights.data(), latent);
       sent_token[owner].push_back(i);
     }
   }
@@ -296,10 +306,9 @@ Rows ExpertDispatcher::run(std::span<const Route> routes, std::span<const float>
     back_counts[s] = recv.counts[s] / static_cast<int>(rec) * static_cast<int>(width);
     returned_counts[s] = static_cast<int>(sent_token[s].size() * width);
   }
-  const auto returned =
-      owners == 1 ? dist::Gathered<float>{std::move(back), back_counts, {0}}
-                  : dist::alltoallv(ep, std::span<const float>(back), back_counts,
-                                    std::move(returned_counts));
+  const auto returned = owners == 1 ? dist::Gathered<float>{std::move(back), back_counts, {0}}
+                                    : dist::alltoallv(ep, std::span<const float>(back), back_counts,
+                                                      std::move(returned_counts));
   Rows y(group_tokens * width, 0.0f);
   for (std::size_t src = 0; src < owners; ++src) {
     const float* part = returned.data.data() + returned.displs[src];
@@ -311,7 +320,7 @@ Rows ExpertDispatcher::run(std::span<const Route> routes, std::span<const float>
 
   // 5. Each expert slice gave a partial output for the group's tokens: every member receives the
   //    partial outputs of its own tokens and adds them in rank order.
-  if (moe_tp.size() == 1) return y;
+  if (!shares_tokens) return y;
   std::vector<int> counts_back;
   for (int t : member_tokens) counts_back.push_back(t * static_cast<int>(width));
   return dist::reduce_scatter_sum_ordered(moe_tp, y, counts_back);

@@ -127,7 +127,7 @@ class VocabParallelLmHead {
   // (the higher value wins, then the lower token).
   void reduce_best(std::span<float> best, std::span<std::int32_t> token) const;
   // Rows of shard logits [n, shard rows] -> rows of the whole vocabulary [n, vocab].
-  Rows gather_vocabulary(const Rows& logits, std::size_t n, std::size_t vocab) const;
+  Rows gather_vocabulary(Rows logits, std::size_t n, std::size_t vocab) const;
 
  private:
   Linear shard_;
