@@ -5,12 +5,38 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
 namespace k3::model {
+
+// The DSpark drafter as SGLang serves it for Kimi-K3 (RadixArk/Kimi-K3-DSpark; config.json with
+// model_type "qwen3" and a "dflash_config"; ../shared/reference/speculative.md sections 1-3):
+// Qwen3-style GQA layers that attend over the target's tapped hidden states (fused by `fc` and
+// `hidden_norm`) and a block of anchor + mask tokens, the target's embedding and LM head, and a
+// low-rank Markov head. The shared sizes (hidden, layers, heads, MLP, vocabulary, eps) are the
+// ModelConfig's own fields.
+struct DSparkConfig {
+  int block_size = 7;           // tokens drafted per round (anchor + block_size - 1 masks)
+  int num_key_value_heads = 0;  // GQA: num_attention_heads is a multiple of it
+  int head_dim = 0;
+  int mask_token_id = -1;            // dflash_config.mask_token_id, a token of the target vocabulary
+  std::vector<int> target_layer_ids;  // dflash_config.target_layer_ids: 0-based, ascending
+  int markov_rank = 256;             // dflash_config.markov_rank (vanilla Markov head)
+  bool confidence_head = false;      // dflash_config.enable_confidence_head (stored, unused)
+  // Which target stream a tap reads (config "aux_hidden_stream"): SGLang's "attn_res" (the
+  // AttnRes mixture the next layer's input norm would see; the default) or "prefix" (the
+  // residual stream after the layer).
+  bool tap_attn_res = true;
+  // RoPE (rope_parameters): theta, and YaRN when factor > 1.
+  double rope_theta = 10000;
+  double rope_factor = 1;
+  int rope_original_max_position = 0;
+  double rope_beta_fast = 32, rope_beta_slow = 1;
+};
 
 struct ModelConfig {
   std::string model_type = "kimi_linear";
@@ -51,6 +77,9 @@ struct ModelConfig {
   // DSpark-style draft (model_type "k3_dspark"): every layer is gated NoPE MLA with a dense
   // SiTU MLP, and `fc` projects the concatenated hidden states the target taps at these layers.
   std::vector<int> draft_target_layers;  // 0-based target layers
+
+  // Set for a DSpark draft checkpoint (see DSparkConfig).
+  std::optional<DSparkConfig> dspark;
 
   int bos_token_id = 0;
   int eos_token_id = 0;  // <|end_of_msg|>, the stop token

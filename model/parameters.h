@@ -9,6 +9,7 @@
 
 #include "dist/layout.h"
 #include "model/config.h"
+#include "model/dspark_weights.h"
 #include "model/kimi_k3.h"
 
 namespace k3::model {
@@ -46,6 +47,9 @@ struct ParamSpec {
 // The model's definition: every parameter's logical name, shape and split, in the typed tree
 // (model/kimi_k3.h). This is the one place those names are written.
 ModelWeights<ParamSpec> kimi_k3_definition(const ModelConfig& config, const dist::Layout& layout);
+
+// The DSpark drafter's definition (config.dspark set): the same role for a draft checkpoint.
+DSparkWeights<ParamSpec> dspark_definition(const ModelConfig& config, const dist::Layout& layout);
 
 // The same parameters as a flat list in the tree's order (global first, then layer by layer).
 std::vector<ParamSpec> kimi_k3_parameters(const ModelConfig& config, const dist::Layout& layout);

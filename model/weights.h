@@ -59,5 +59,8 @@ class WeightStore {
 // weight of the parameter the definition puts there. InternalError names one not loaded.
 ModelWeights<const Weight*> weight_tree(const WeightStore& store, const ModelConfig& config,
                                         const dist::Layout& layout);
+// The same for a DSpark draft's weights (config.dspark set).
+DSparkWeights<const Weight*> dspark_weight_tree(const WeightStore& store, const ModelConfig& config,
+                                                const dist::Layout& layout);
 
 }  // namespace k3::model
