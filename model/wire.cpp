@@ -40,12 +40,33 @@ void for_each_field(T& c, Visit&& visit) {
   visit(c.kda_gate_lower_bound);
   visit(c.full_attn_layers);
   visit(c.draft_target_layers);
+  visit(c.dspark);
   visit(c.bos_token_id);
   visit(c.eos_token_id);
   visit(c.pad_token_id);
 }
-static_assert(sizeof(ModelConfig) == 224,
+static_assert(sizeof(ModelConfig) == 320,
               "ModelConfig changed: list the new field in for_each_field, then update this size");
+
+template <class T, class Visit>
+  requires std::same_as<std::remove_const_t<T>, DSparkConfig>
+void for_each_field(T& d, Visit&& visit) {
+  visit(d.block_size);
+  visit(d.num_key_value_heads);
+  visit(d.head_dim);
+  visit(d.mask_token_id);
+  visit(d.target_layer_ids);
+  visit(d.markov_rank);
+  visit(d.confidence_head);
+  visit(d.tap_attn_res);
+  visit(d.rope_theta);
+  visit(d.rope_factor);
+  visit(d.rope_original_max_position);
+  visit(d.rope_beta_fast);
+  visit(d.rope_beta_slow);
+}
+static_assert(sizeof(DSparkConfig) == 88,
+              "DSparkConfig changed: list the new field in for_each_field, then update this size");
 
 // The fields of each record, in wire order, for both directions.
 template <class T, class Visit>
@@ -128,6 +149,8 @@ void get_fields(WireReader& in, T& value) {
 
 void encode(WireWriter& out, const ModelConfig& config) { put_fields(out, config); }
 void decode(WireReader& in, ModelConfig& config) { get_fields(in, config); }
+void encode(WireWriter& out, const DSparkConfig& config) { put_fields(out, config); }
+void decode(WireReader& in, DSparkConfig& config) { get_fields(in, config); }
 void encode(WireWriter& out, const TensorEntry& tensor) { put_fields(out, tensor); }
 void decode(WireReader& in, TensorEntry& tensor) { get_fields(in, tensor); }
 void encode(WireWriter& out, const LoadPlan& plan) { put_fields(out, plan); }

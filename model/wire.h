@@ -12,6 +12,8 @@ namespace k3::model {
 
 void encode(WireWriter& out, const ModelConfig& config);
 void decode(WireReader& in, ModelConfig& config);
+void encode(WireWriter& out, const DSparkConfig& config);
+void decode(WireReader& in, DSparkConfig& config);
 
 void encode(WireWriter& out, const TensorEntry& tensor);
 void decode(WireReader& in, TensorEntry& tensor);
