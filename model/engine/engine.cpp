@@ -195,6 +195,9 @@ void Engine::reset_slot(int slot) {
   s.mla.assign(m.mla_layers, {});
   s.kda.assign(m.kda_layers, std::vector<float>(m.kda_heads * m.kda_dim * m.kda_dim, 0.0f));
   s.conv.assign(m.kda_layers, std::vector<float>(3 * m.kda_width * (m.conv_kernel - 1), 0.0f));
+  s.pending = 0;
+  s.kda_after.assign(m.kda_layers, {});
+  s.conv_after.assign(m.kda_layers, {});
 }
 
 void Engine::copy_slot(int from, int to) {
@@ -206,6 +209,25 @@ std::size_t Engine::position(int slot) const {
   return impl_->slots.at(static_cast<std::size_t>(slot)).position;
 }
 
+void Engine::commit(int slot, std::size_t accepted) {
+  Impl& m = *impl_;
+  Slot& s = m.slots.at(static_cast<std::size_t>(slot));
+  if (accepted == 0 || accepted > s.pending) {
+    throw InternalError("engine: slot " + std::to_string(slot) + " commits " +
+                        std::to_string(accepted) + " of " + std::to_string(s.pending) +
+                        " speculative tokens");
+  }
+  s.position += accepted;
+  const std::size_t row = m.kv_lora + m.rope_dim;
+  for (auto& cache : s.mla) cache.resize(s.position * row);  // rejected rows go by position
+  for (std::size_t l = 0; l < m.kda_layers; ++l) {
+    const std::size_t state = s.kda[l].size(), window = s.conv[l].size();
+    std::copy_n(&s.kda_after[l][(accepted - 1) * state], state, s.kda[l].data());
+    std::copy_n(&s.conv_after[l][(accepted - 1) * window], window, s.conv[l].data());
+  }
+  s.pending = 0;
+}
+
 StepResult Engine::step(std::span<const StepSequence> batch) {
   Impl& m = *impl_;
   const std::size_t H = m.hidden;
@@ -213,6 +235,10 @@ StepResult Engine::step(std::span<const StepSequence> batch) {
   std::vector<std::int32_t> ids;
   for (const auto& s : batch) {
     Slot& slot = m.slots.at(static_cast<std::size_t>(s.slot));
+    if (slot.pending > 0) {
+      throw InternalError("engine: slot " + std::to_string(s.slot) +
+                          " steps before its speculative tokens were committed");
+    }
     if (slot.position + s.tokens.size() > m.opt.context_length) {
       throw InternalError("engine: slot " + std::to_string(s.slot) + " would hold " +
                           std::to_string(slot.position + s.tokens.size()) +
@@ -261,6 +287,17 @@ StepResult Engine::step(std::span<const StepSequence> batch) {
       std::copy_n(&from[traced[r] * H], H, &to[r * H]);
   };
   std::vector<StepResult::LayerTrace> trace;
+  // EngineOptions::tap_layers: row t's taps sit side by side in taps[t][k * H ...].
+  const std::vector<int>& tap_layers = m.opt.tap_layers;
+  const std::size_t tap_width = tap_layers.size() * H;
+  std::vector<float> taps(tap_layers.empty() ? 0 : T * tap_width);
+  auto tap = [&](int layer, const Rows& rows) {
+    for (std::size_t k = 0; k < tap_layers.size(); ++k) {
+      if (tap_layers[k] != layer) continue;
+      for (std::size_t t = 0; t < T; ++t)
+        std::copy_n(&rows[t * H], H, &taps[t * tap_width + k * H]);
+    }
+  };
   for (std::size_t l = 0; l < m.layers.size(); ++l) {
     const Layer& L = m.layers[l];
     const bool reset = static_cast<int>(l) % block == 0;
@@ -270,6 +307,7 @@ StepResult Engine::step(std::span<const StepSequence> batch) {
     } else {
       mix(p, L.attn_res_score, x);
     }
+    if (m.opt.tap_attn_res) tap(static_cast<int>(l) - 1, x);  // what layer l's norm reads
     if (reset) banks.push_back(p);  // bank the RAW layer input (layer 0 banks the embedding)
     rms_norm(x.data(), T, H, L.input_norm, eps, xn.data());
     if (L.mla) {
@@ -291,6 +329,7 @@ StepResult Engine::step(std::span<const StepSequence> batch) {
     }
     h = std::move(p);
     for (std::size_t i = 0; i < T * H; ++i) h[i] += f[i];
+    if (!m.opt.tap_attn_res) tap(static_cast<int>(l), h);
     if (!traced.empty()) {
       auto& t = trace.emplace_back();
       trace_rows(a, t.attention);
@@ -299,12 +338,21 @@ StepResult Engine::step(std::span<const StepSequence> batch) {
     }
   }
 
+  const int last = static_cast<int>(m.layers.size()) - 1;
+  if (m.opt.tap_attn_res &&
+      std::find(tap_layers.begin(), tap_layers.end(), last) != tap_layers.end()) {
+    Rows output_mix(T * H);  // what the final norm reads, for every row
+    mix(h, m.output_res_score, output_mix);
+    tap(last, output_mix);
+  }
+
   // Only the rows that produce output go through the final mix, norm and LM head.
   std::vector<std::size_t> row_seq, row_pos, rows;
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const auto& s = batch[i];
     const std::size_t start = m.slots[static_cast<std::size_t>(s.slot)].position;
-    if (s.output == StepSequence::Output::kAllLogits) {
+    if (s.output == StepSequence::Output::kAllLogits ||
+        s.output == StepSequence::Output::kEveryToken) {
       for (std::size_t j = 0; j < br.count[i]; ++j) {
         row_seq.push_back(i);
         row_pos.push_back(start + j);
@@ -326,9 +374,15 @@ StepResult Engine::step(std::span<const StepSequence> batch) {
   rms_norm(out.data(), rows.size(), H, m.final_norm, eps, out.data());
   StepResult result;
   result.layers = std::move(trace);
+  result.taps = std::move(taps);
   m.lm_head_outputs(out, batch, row_seq, row_pos, result);
   for (std::size_t i = 0; i < batch.size(); ++i) {
-    m.slots[static_cast<std::size_t>(batch[i].slot)].position += batch[i].tokens.size();
+    Slot& slot = m.slots[static_cast<std::size_t>(batch[i].slot)];
+    if (batch[i].speculative) {
+      slot.pending = batch[i].tokens.size();  // the position moves at commit
+    } else {
+      slot.position += batch[i].tokens.size();
+    }
   }
   return result;
 }

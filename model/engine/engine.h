@@ -39,6 +39,11 @@ struct EngineOptions {
   // Keep every layer's attention output, FFN output and stream for the rows of kAllLogits
   // sequences (StepResult::layers): locating a numerical difference to one block.
   bool trace_layers = false;
+  // Hidden streams a DSpark drafter reads (StepResult::taps), after these 0-based layers:
+  // the AttnRes mixture the next layer's input norm (or the final norm) would see when
+  // `tap_attn_res`, else the residual stream after the layer.
+  std::vector<int> tap_layers;
+  bool tap_attn_res = true;
 };
 
 // Per-slot and per-rank memory, computed before anything is allocated.
@@ -56,16 +61,25 @@ struct Sampling {
 };
 
 struct StepSequence {
-  enum class Output { kNone, kNextToken, kAllLogits };
+  // kNextToken: sample after the last token; kEveryToken: after each token (a verify step).
+  enum class Output { kNone, kNextToken, kEveryToken, kAllLogits };
   int slot = 0;
   std::span<const std::int32_t> tokens;  // fed at positions position(slot) ...
-  Output output = Output::kNone;         // kNextToken: sample after the last token
+  Output output = Output::kNone;
   Sampling sampling;
+  // A verify step of speculative decoding: the slot's persistent KDA state is left untouched
+  // and the state after each token is kept; Engine::commit then keeps how many of the tokens
+  // were accepted (MLA cache rows past them are dropped by position).
+  bool speculative = false;
 };
 
 struct StepResult {
   // Per sequence of the batch: the sampled next token, or -1 for Output::kNone.
   std::vector<std::int32_t> next;
+  // Output::kEveryToken sequences: the token sampled after each fed token (empty for others).
+  std::vector<std::vector<std::int32_t>> every;
+  // EngineOptions::tap_layers: [batch rows, taps x hidden] over every fed row in batch order.
+  std::vector<float> taps;
   // Output::kAllLogits sequences, in batch order: [tokens, vocab] row-major each.
   std::vector<std::vector<float>> logits;
   // Non-finite logits this rank saw in its vocabulary shard (a broken checkpoint).
@@ -98,6 +112,10 @@ class Engine {
   void reset_slot(int slot);
   void copy_slot(int from, int to);
   std::size_t position(int slot) const;
+  // After a speculative step on `slot`: keep its first `accepted` tokens (1 ..  tokens fed).
+  // The KDA state becomes the snapshot after the last kept token; the position advances by
+  // `accepted`, so MLA cache rows past it are dropped.
+  void commit(int slot, std::size_t accepted);
 
   // Collective over the world (see the header comment).
   StepResult step(std::span<const StepSequence> batch);

@@ -61,6 +61,10 @@ struct Slot {
   std::vector<std::vector<float>> kda;   // per KDA layer: S [local heads][D][D]
   std::vector<std::vector<float>> conv;  // per KDA layer: q, k, v [local channels][kernel-1]
   std::size_t position = 0;
+  // A speculative step's tokens awaiting Engine::commit, and per KDA layer the recurrent state
+  // [tokens][heads][D][D] and conv window [tokens][3][channels][kernel-1] after each of them.
+  std::size_t pending = 0;
+  std::vector<std::vector<float>> kda_after, conv_after;
 };
 
 // Where a batch's rows come from: sequence i owns rows [offset[i], offset[i] + count[i]).

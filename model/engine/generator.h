@@ -87,6 +87,10 @@ class Generator {
     std::uint64_t finished = 0;
     std::uint64_t generated_tokens = 0;
     std::uint64_t steps = 0;
+    // Speculative decoding, all DP groups together (GeneratorStats' fields of the same names).
+    std::uint64_t verify_rounds = 0;
+    std::uint64_t drafted_tokens = 0;
+    std::uint64_t accepted_drafts = 0;
   };
   using ProgressFn = std::function<void(const Progress&)>;
 

@@ -5,7 +5,7 @@
 
 namespace k3::model::engine {
 
-void kda_recurrent(KdaHead& in, float* S) {
+void kda_recurrent(KdaHead& in, float* S, float* states_after) {
   const std::size_t K = in.dim, V = in.dim;
   std::vector<float> u(V);
   for (std::size_t t = 0; t < in.tokens; ++t) {
@@ -34,6 +34,7 @@ void kda_recurrent(KdaHead& in, float* S) {
         o[j] += row[j] * q[i];
       }
     }
+    if (states_after) std::copy_n(S, K * V, states_after + t * K * V);
   }
 }
 

@@ -45,13 +45,24 @@ void Engine::Impl::kda(const KdaLayer& w, const Rows& x, std::span<const StepSeq
   Rows o(T * P);
   for (std::size_t i = 0; i < batch.size(); ++i) {
     Slot& s = slots[static_cast<std::size_t>(batch[i].slot)];
-    auto& conv = s.conv[static_cast<std::size_t>(w.state_index)];
+    const auto layer = static_cast<std::size_t>(w.state_index);
     const std::size_t n = br.count[i], off = br.offset[i];
+    // A verify step convolves over a copy of the window and keeps the window after each token;
+    // the slot's own window waits for Engine::commit.
+    std::vector<float> verify_window;
+    float* window = s.conv[layer].data();
+    const std::size_t window_size = s.conv[layer].size();
+    if (batch[i].speculative) {
+      verify_window = s.conv[layer];
+      window = verify_window.data();
+      s.conv_after[layer].resize(n * window_size);
+      s.kda_after[layer].resize(n * kda_heads * D * D);
+    }
     // 1. Causal depthwise conv (carrying the previous pre-conv inputs) then SiLU, token by token.
     Rows* proj[3] = {&q, &k, &v};
     const std::vector<float>* taps[3] = {&w.conv_q, &w.conv_k, &w.conv_v};
     for (int which = 0; which < 3; ++which) {
-      float* hist_all = &conv[static_cast<std::size_t>(which) * P * past];
+      float* hist_all = window + static_cast<std::size_t>(which) * P * past;
       for (std::size_t t = off; t < off + n; ++t) {
         float* row = &(*proj[which])[t * P];
         for (std::size_t ch = 0; ch < P; ++ch) {
@@ -64,6 +75,11 @@ void Engine::Impl::kda(const KdaLayer& w, const Rows& x, std::span<const StepSeq
           row[ch] = acc;
         }
         silu_rows(std::span<float>(row, P));
+        if (batch[i].speculative) {
+          std::copy_n(hist_all, P * past,
+                      &s.conv_after[layer][(t - off) * window_size +
+                                           static_cast<std::size_t>(which) * P * past]);
+        }
       }
     }
   }
@@ -93,8 +109,17 @@ void Engine::Impl::kda(const KdaLayer& w, const Rows& x, std::span<const StepSeq
       }
       head.beta[j] = b[t * kda_heads + h];
     }
-    float* S = &s.kda[static_cast<std::size_t>(w.state_index)][h * D * D];
-    if (n > 1 && opt.kda_chunk > 0) {
+    const auto layer = static_cast<std::size_t>(w.state_index);
+    float* S = &s.kda[layer][h * D * D];
+    if (batch[i].speculative) {
+      // The token recurrence from a copy of the state, keeping the state after every token
+      // (the decode steps' own arithmetic, so an accepted token's state is the one decoding
+      // it would have left).
+      std::vector<float> state(S, S + D * D), after(n * D * D);
+      kda_recurrent(head, state.data(), after.data());
+      for (std::size_t j = 0; j < n; ++j)
+        std::copy_n(&after[j * D * D], D * D, &s.kda_after[layer][(j * kda_heads + h) * D * D]);
+    } else if (n > 1 && opt.kda_chunk > 0) {
       kda_chunked(head, S, opt.kda_chunk, lower);
     } else {
       kda_recurrent(head, S);

@@ -71,7 +71,13 @@ void Engine::Impl::lm_head_outputs(const Rows& final_rows, std::span<const StepS
   lm_head.reduce_best(best, best_id);
 
   result.next.assign(batch.size(), -1);
-  for (std::size_t r = 0; r < n; ++r) result.next[row_seq[r]] = best_id[in.mine + r];
+  result.every.assign(batch.size(), {});
+  for (std::size_t r = 0; r < n; ++r) {
+    const std::size_t i = row_seq[r];
+    result.next[i] = best_id[in.mine + r];  // rows run in position order: the last one stays
+    if (batch[i].output == StepSequence::Output::kEveryToken)
+      result.every[i].push_back(best_id[in.mine + r]);
+  }
 
   // Full logits for the debug surface: every shard's columns, reassembled.
   // Every member of the group holds the same keys (one batch, or the gathered rows).

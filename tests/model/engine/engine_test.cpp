@@ -313,6 +313,62 @@ TEST_P(EngineTest, ASequenceIsBitwiseTheSameInAnyBatch) {
   }
 }
 
+// Speculative verification (issue 17): a verify step over 8 tokens followed by commit(k) leaves
+// the slot exactly as decoding the first k of them one at a time would (the KDA state from the
+// snapshot after token k, the MLA rows past it dropped by position), and its first k rows of
+// logits are the decode path's, bit for bit; so do the logits of the tokens decoded after it.
+TEST_P(EngineTest, SpeculativeCommitIsBitwiseTheDecodePath) {
+  for (const bool exact : {false, true}) {
+    EngineOptions o;
+    o.slots = 2;
+    o.exact = exact;
+    auto e = engine(GetParam(), o);
+    const int V = e->config().vocab_size;
+    const auto prompt = random_prompts(1, 30, 30, V, 51)[0];
+    const auto block = random_prompts(1, 8, 8, V, 52)[0];   // anchor + 7 drafts
+    const auto after = random_prompts(1, 3, 3, V, 53)[0];   // decoded after the commit
+    auto step = [&](int slot, std::span<const std::int32_t> tokens, bool speculative) {
+      StepSequence s;
+      s.slot = slot;
+      s.tokens = tokens;
+      s.output = StepSequence::Output::kAllLogits;
+      s.speculative = speculative;
+      return e->step(std::span<const StepSequence>(&s, 1)).logits[0];
+    };
+    const std::size_t row = static_cast<std::size_t>(V);
+    for (const std::size_t k : {std::size_t{1}, std::size_t{3}, std::size_t{8}}) {
+      e->reset_slot(0);
+      e->reset_slot(1);
+      step(0, prompt, false);
+      step(1, prompt, false);
+      std::vector<float> decoded;
+      for (std::size_t j = 0; j < k; ++j) {
+        const auto r = step(0, std::span<const std::int32_t>(block).subspan(j, 1), false);
+        decoded.insert(decoded.end(), r.begin(), r.end());
+      }
+      const auto verified = step(1, block, true);
+      ASSERT_EQ(verified.size(), block.size() * row);
+      ASSERT_EQ(0, std::memcmp(decoded.data(), verified.data(), k * row * sizeof(float)))
+          << (exact ? "fp32" : "int8") << " activations, k " << k;
+      e->commit(1, k);
+      EXPECT_EQ(e->position(1), e->position(0));
+      for (std::size_t j = 0; j < after.size(); ++j) {
+        const auto want = step(0, std::span<const std::int32_t>(after).subspan(j, 1), false);
+        const auto got = step(1, std::span<const std::int32_t>(after).subspan(j, 1), false);
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), row * sizeof(float)))
+            << (exact ? "fp32" : "int8") << " activations, k " << k << ", token " << j
+            << " after the commit";
+      }
+    }
+    // A slot with uncommitted tokens cannot step, and a commit must keep 1..fed tokens.
+    e->reset_slot(1);
+    step(1, block, true);
+    EXPECT_THROW(step(1, after, false), InternalError);
+    EXPECT_THROW(e->commit(1, 0), InternalError);
+    EXPECT_THROW(e->commit(1, 9), InternalError);
+  }
+}
+
 // Seeded temperature sampling: reproducible, seed-dependent, and the same on any batch shape.
 TEST(Sampling, SeededTemperatureIsReproducible) {
   OneRank r;
