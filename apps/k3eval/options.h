@@ -36,6 +36,10 @@ struct K3evalOptions {
   int context_length = 4096;
   bool disable_prefix_cache = false;
   bool fp32_activations = false;
+  // Speculative decoding (SGLang's names): the algorithm ("dspark"; "" when off) and its block
+  // size, the drafted tokens verified per round. Reports echo them when a verify round ran.
+  std::string speculative_algorithm;
+  int speculative_block_size = 0;
 
   // Evaluation.
   std::string data_path;  // default: K3_DEFAULT_DATA (GSM8K test.jsonl in ../shared)
