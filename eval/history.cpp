@@ -155,20 +155,35 @@ std::string format_trend(const Series& series, const std::vector<TrendRow>& rows
       rows.size() == series.runs.size()
           ? fmt::format("{}: {} run{}\n", series.name(), rows.size(), rows.size() == 1 ? "" : "s")
           : fmt::format("{}: last {} of {} runs\n", series.name(), rows.size(), series.runs.size());
+  // Speculative decoding's columns only in a table with a run that recorded it.
+  const bool speculative = std::any_of(rows.begin(), rows.end(), [](const TrendRow& row) {
+    return row.record->speculative.has_value();
+  });
+  const auto accept_columns = [&](const std::string& length, const std::string& rate) {
+    return speculative ? fmt::format("{:>10}  {:>11}  ", length, rate) : std::string();
+  };
   out += fmt::format(
-      "{:>5}  {:<20}  {:>9}  {:>8}  {:>7}  {:>7}  {:>7}  {:>10}  {:>7}  {:>9}  {:>7}  {}\n", "run",
-      "timestamp", series.kind == "throughput" ? "requests" : "questions", "accuracy", "change",
-      "invalid", "change", "out tok/s", "change",
-      series.kind == "throughput" ? "duration" : "latency s", "change", "verdict");
+      "{:>5}  {:<20}  {:>9}  {:>8}  {:>7}  {:>7}  {:>7}  {:>10}  {:>7}  {:>9}  {:>7}  {}{}\n",
+      "run", "timestamp", series.kind == "throughput" ? "requests" : "questions", "accuracy",
+      "change", "invalid", "change", "out tok/s", "change",
+      series.kind == "throughput" ? "duration" : "latency s", "change",
+      accept_columns("accept len", "accept rate"), "verdict");
   for (const TrendRow& row : rows) {
     const RunRecord& r = *row.record;
+    const std::optional<double> length =
+        r.speculative ? r.speculative->counts.accept_length() : std::nullopt;
+    const std::optional<double> rate =
+        r.speculative ? r.speculative->counts.accept_rate() : std::nullopt;
     out += fmt::format(
-        "{:>5}  {:<20}  {:>9}  {:>8}  {:>7}  {:>7}  {:>7}  {:>10}  {:>7}  {:>9}  {:>7}  {}\n",
+        "{:>5}  {:<20}  {:>9}  {:>8}  {:>7}  {:>7}  {:>7}  {:>10}  {:>7}  {:>9}  {:>7}  {}{}\n",
         row.run, r.timestamp, r.num_questions, number(r.accuracy, "{:.3f}"),
         number(row.accuracy_change, "{:+.3f}"), number(r.invalid, "{:.3f}"),
         number(row.invalid_change, "{:+.3f}"), number(r.output_throughput, "{:.3f}"),
         number(row.throughput_change * 100, "{:+.1f}%"), number(r.latency_s, "{:.3f}"),
-        number(row.latency_change * 100, "{:+.1f}%"), r.verdict);
+        number(row.latency_change * 100, "{:+.1f}%"),
+        accept_columns(number(length.value_or(kNaN), "{:.2f}"),
+                       number(rate.value_or(kNaN), "{:.2f}")),
+        r.verdict);
   }
   return out;
 }

@@ -76,7 +76,9 @@ struct TrendRow {
 // changes still refer to the run before each, shown or not).
 std::vector<TrendRow> trend(const History& history, const Series& series, std::size_t last = 0);
 
-// A compact table: a heading line naming the series, a column header, one line per row.
+// A compact table: a heading line naming the series, a column header, one line per row. When a
+// row's run recorded speculative decoding, two columns before the verdict give each run's accept
+// length and accept rate ("-" for runs without).
 std::string format_trend(const Series& series, const std::vector<TrendRow>& rows);
 
 // ---------------------------------------------------------------- compare

@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <ctime>
+#include <limits>
+#include <optional>
 
 #include "common/error.h"
 #include "common/text_file.h"
@@ -228,6 +230,46 @@ Hid file_access(const H5& h5) {
   return fapl;
 }
 
+// A speculative run's attributes. accept_length and accept_rate are written for readers of the
+// file (h5dump, h5py); read_speculative derives them from the counts again.
+constexpr const char* kSpeculativeAlgorithm = "speculative_algorithm";
+constexpr const char* kSpeculativeCounts[] = {"speculative_block_size", "verify_rounds",
+                                              "drafted_tokens", "accepted_drafts"};
+
+void write_speculative(const H5& h5, hid_t g, const SpeculativeRun& s) {
+  h5.write_string_attr(g, kSpeculativeAlgorithm, s.algorithm);
+  const std::uint64_t counts[] = {s.block_size, s.counts.verify_rounds, s.counts.drafted_tokens,
+                                  s.counts.accepted_drafts};
+  for (std::size_t i = 0; i < std::size(counts); ++i) {
+    h5.write_attr(g, kSpeculativeCounts[i], H5T_STD_U64LE, H5T_NATIVE_UINT64, &counts[i]);
+  }
+  const std::pair<const char*, std::optional<double>> ratios[] = {
+      {"accept_length", s.counts.accept_length()}, {"accept_rate", s.counts.accept_rate()}};
+  for (const auto& [name, ratio] : ratios) {
+    const double value = ratio.value_or(std::numeric_limits<double>::quiet_NaN());
+    h5.write_attr(g, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
+  }
+}
+
+// None when the run has no speculative_algorithm attribute (speculation off, or a run written
+// before these attributes); then every other one is required.
+std::optional<SpeculativeRun> read_speculative(const H5& h5, hid_t g, const std::string& where) {
+  if (H5Aexists(g, kSpeculativeAlgorithm) <= 0) return std::nullopt;
+  SpeculativeRun s;
+  s.algorithm = h5.read_string_attr(g, where, kSpeculativeAlgorithm);
+  std::uint64_t* counts[] = {&s.block_size, &s.counts.verify_rounds, &s.counts.drafted_tokens,
+                             &s.counts.accepted_drafts};
+  for (std::size_t i = 0; i < std::size(counts); ++i) {
+    *counts[i] = h5.read_attr<std::uint64_t>(g, where, kSpeculativeCounts[i], H5T_NATIVE_UINT64,
+                                             H5T_INTEGER);
+  }
+  if (s.counts.accepted_drafts > s.counts.drafted_tokens) {
+    h5.fail(where + "accepted_drafts " + std::to_string(s.counts.accepted_drafts) +
+            " exceeds drafted_tokens " + std::to_string(s.counts.drafted_tokens));
+  }
+  return s;
+}
+
 void write_run(const H5& h5, hid_t runs, std::size_t n, const RunRecord& run) {
   const Hid g =
       h5.group(H5Gcreate2(runs, std::to_string(n).c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
@@ -259,6 +301,7 @@ void write_run(const H5& h5, hid_t runs, std::size_t n, const RunRecord& run) {
   for (const auto& [name, value] : reals) {
     h5.write_attr(g.get(), name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
   }
+  if (run.speculative) write_speculative(h5, g.get(), *run.speculative);
 
   std::vector<Row> rows(run.results.size());
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -339,6 +382,7 @@ RunRecord read_run(const H5& h5, hid_t runs, std::size_t n) {
   for (const auto& [attr, value] : reals) {
     *value = h5.read_attr<double>(g.get(), where, attr, H5T_NATIVE_DOUBLE, H5T_FLOAT);
   }
+  run.speculative = read_speculative(h5, g.get(), where);
 
   if (H5Lexists(g.get(), "questions", H5P_DEFAULT) <= 0) {
     h5.fail(where + "dataset /runs/" + name + "/questions is missing");

@@ -3,11 +3,19 @@
 // The history is written by one process (rank 0), from one thread, with serial HDF5 calls:
 //   /                    attributes format = "k3eval-history", format_version = 1
 //   /runs/<n>            n = 0, 1, ...; run metadata as attributes (RunRecord's scalars)
+//                        a run that decoded speculatively also carries speculative_algorithm,
+//                        speculative_block_size, verify_rounds, drafted_tokens,
+//                        accepted_drafts, accept_length and accept_rate (every one or none)
 //   /runs/<n>/questions  compound dataset, one row per question (QuestionResult's fields;
 //                        text as variable-length UTF-8 strings, token_ids as a variable-length
 //                        int32 sequence; a NUL byte inside a text ends it there)
 // Appending works on a copy that replaces the file only once complete (common/text_file.h's
 // commit_file), so a crash mid-append leaves the previous history intact.
+//
+// format_version changes only when a reader of the previous version would misread a file. A run
+// attribute added later is optional instead: older readers ignore it, and this reader takes its
+// absence for what runs before it were (an evaluation, not resumed, no throughput figures, no
+// speculative decoding recorded).
 #pragma once
 
 #include <chrono>
@@ -15,10 +23,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "eval/results.h"
+#include "eval/speculative.h"
 
 namespace k3::eval {
 
@@ -53,6 +63,9 @@ struct RunRecord {
   std::uint64_t input_tokens = 0;
   double baseline_output_throughput = std::numeric_limits<double>::quiet_NaN();
   double throughput_threshold = std::numeric_limits<double>::quiet_NaN();
+  // A run that decoded speculatively: algorithm, block size and counts (accept length and rate
+  // derive from them). Absent: speculation was off, or the history predates these fields.
+  std::optional<SpeculativeRun> speculative;
   std::vector<QuestionResult> results;
 };
 

@@ -272,6 +272,29 @@ TEST(HistoryTrend, NaNAccuracyOfARunWithoutQuestionsShowsAsADash) {
       << table;
 }
 
+TEST(HistoryTrend, AcceptLengthAndRateColumnsWhenARunRecordedSpeculation) {
+  RunRecord speculative = record("/c", "", 0.5, "t1");
+  speculative.speculative = SpeculativeRun{"dspark", 4, {8, 32, 14}};
+  const History h = write_and_load({record("/c", "", 0.5, "t0"), speculative});
+  const Series s = select_series(h, {})[0];
+  const std::string table = format_trend(s, trend(h, s));
+  EXPECT_NE(table.find("latency s   change  accept len  accept rate  verdict\n"),
+            std::string::npos)
+      << table;
+  // The run without speculation shows dashes; the columns stay aligned.
+  EXPECT_NE(table.find("    0  t0                            4     0.500        -    0.250        -"
+                       "      40.000        -      2.000        -           -            -  ok\n"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("    1  t1                            4     0.500   +0.000    0.250   +0.000"
+                       "      40.000    +0.0%      2.000    +0.0%        2.75         0.44  ok\n"),
+            std::string::npos)
+      << table;
+  // A table of runs without speculation only has no such columns.
+  const std::string only_first = format_trend(s, {trend(h, s)[0]});
+  EXPECT_EQ(only_first.find("accept"), std::string::npos) << only_first;
+}
+
 // ---------------------------------------------------------------- compare
 
 TEST(HistoryCompare, QuestionByQuestion) {

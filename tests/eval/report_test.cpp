@@ -1,5 +1,6 @@
 // Reports: the status word, the summary JSON, and the HDF5 history (two runs appended and read
-// back, dumped by h5dump, and files that are not histories refused by name).
+// back, dumped by h5dump, speculative decoding's optional fields, and files that are not
+// histories refused by name).
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
@@ -205,6 +206,79 @@ TEST(History, ThroughputRunsKeepTheirKindAndOlderHistoriesReadAsEvaluations) {
   EXPECT_EQ(h[1].kind, "eval");
   EXPECT_EQ(h[1].input_tokens, 0u);
   EXPECT_TRUE(std::isnan(h[1].throughput_threshold));
+}
+
+TEST(History, SpeculativeFieldsRoundTripAndOlderRunsReadAsNotRecorded) {
+  const fs::path p = test::scratch_dir() / "history.h5";
+  RunRecord spec = run("/ckpt/tiny-hf", 2);
+  spec.speculative = SpeculativeRun{"dspark", 4, {8, 32, 14}};
+  append_history(p, run("/ckpt/tiny-hf", 2));  // speculation off
+  append_history(p, spec);
+  auto h = read_history(p);
+  ASSERT_EQ(h.size(), 2u);
+  EXPECT_EQ(h[0].speculative, std::nullopt);
+  ASSERT_TRUE(h[1].speculative.has_value());
+  EXPECT_EQ(*h[1].speculative, *spec.speculative);
+  EXPECT_EQ(h[1].speculative->counts.accept_length(), 2.75);
+  EXPECT_EQ(h[1].results, spec.results);
+
+  // The ratios are stored too, for readers of the file (h5dump, h5py); off, nothing is.
+  const hid_t file = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  const hid_t off = H5Gopen2(file, "/runs/0", H5P_DEFAULT);
+  const hid_t on = H5Gopen2(file, "/runs/1", H5P_DEFAULT);
+  constexpr const char* kAttributes[] = {
+      "speculative_algorithm", "speculative_block_size", "verify_rounds", "drafted_tokens",
+      "accepted_drafts",       "accept_length",          "accept_rate"};
+  for (const char* attr : kAttributes) {
+    EXPECT_EQ(H5Aexists(off, attr), 0) << attr;
+    EXPECT_GT(H5Aexists(on, attr), 0) << attr;
+  }
+  for (const auto& [attr, want] : {std::pair{"accept_length", 2.75}, {"accept_rate", 0.4375}}) {
+    double value = 0;
+    const hid_t a = H5Aopen(on, attr, H5P_DEFAULT);
+    EXPECT_GE(H5Aread(a, H5T_NATIVE_DOUBLE, &value), 0);
+    H5Aclose(a);
+    EXPECT_EQ(value, want) << attr;
+  }
+  // A run written before these attributes existed (the same run without them) reads as one
+  // without speculation recorded.
+  for (const char* attr : kAttributes) EXPECT_GE(H5Adelete(on, attr), 0) << attr;
+  H5Gclose(on);
+  H5Gclose(off);
+  H5Fclose(file);
+  h = read_history(p);
+  EXPECT_EQ(h[1].speculative, std::nullopt);
+  EXPECT_EQ(h[1].accuracy, spec.accuracy);
+}
+
+TEST(History, IncompleteOrInconsistentSpeculativeFieldsAreInputErrors) {
+  const fs::path dir = test::scratch_dir();
+  RunRecord spec = run("/ckpt", 1);
+  spec.speculative = SpeculativeRun{"dspark", 4, {8, 32, 14}};
+  const auto rewrite = [&](const fs::path& p, const char* attr, const std::uint64_t* value) {
+    append_history(p, spec);
+    const hid_t file = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t g = H5Gopen2(file, "/runs/0", H5P_DEFAULT);
+    if (value == nullptr) {
+      EXPECT_GE(H5Adelete(g, attr), 0);
+    } else {
+      const hid_t a = H5Aopen(g, attr, H5P_DEFAULT);
+      EXPECT_GE(H5Awrite(a, H5T_NATIVE_UINT64, value), 0);
+      H5Aclose(a);
+    }
+    H5Gclose(g);
+    H5Fclose(file);
+  };
+  const fs::path missing = dir / "missing.h5";
+  rewrite(missing, "drafted_tokens", nullptr);
+  EXPECT_EQ(test::error_of([&] { read_history(missing); }),
+            missing.string() + ": run 0: missing attribute \"drafted_tokens\"");
+  const fs::path inconsistent = dir / "inconsistent.h5";
+  const std::uint64_t too_many = 33;
+  rewrite(inconsistent, "accepted_drafts", &too_many);
+  EXPECT_EQ(test::error_of([&] { read_history(inconsistent); }),
+            inconsistent.string() + ": run 0: accepted_drafts 33 exceeds drafted_tokens 32");
 }
 
 TEST(History, EmptyRunIsStored) {
