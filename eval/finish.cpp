@@ -65,6 +65,7 @@ int finish_evaluation(const RunContext& context, const std::vector<QuestionResul
         static_cast<unsigned long long>(metrics.completion_tokens), all.size(),
         static_cast<unsigned long long>(all_tokens));
   }
+  if (context.speculative) std::fputs(format_speculative_lines(*context.speculative).c_str(), out);
   std::optional<Verdict> verdict;
   if (baseline) {
     verdict = judge(*baseline, metrics, all);
@@ -91,6 +92,7 @@ int finish_evaluation(const RunContext& context, const std::vector<QuestionResul
                              {"latency_s", metrics.latency_s}}},
                            {"all", {{"questions", all.size()}, {"completion_tokens", all_tokens}}}};
     }
+    if (context.speculative) summary["speculative"] = speculative_json(*context.speculative);
     write_summary(artifacts / "summary.json", summary);
     write_status(artifacts / "status", status);
   }
@@ -106,6 +108,7 @@ int finish_evaluation(const RunContext& context, const std::vector<QuestionResul
     rec.invalid = metrics.invalid_rate();
     rec.latency_s = metrics.latency_s;
     rec.output_throughput = metrics.output_throughput();
+    rec.speculative = context.speculative;
     if (verdict) {
       rec.baseline_accuracy = verdict->baseline_accuracy;
       rec.threshold = verdict->threshold;
@@ -121,8 +124,8 @@ int finish_evaluation(const RunContext& context, const std::vector<QuestionResul
 int finish_throughput(const RunContext& context, const ThroughputOutcome& outcome,
                       const std::optional<ThroughputBaseline>& baseline) {
   std::FILE* out = context.out;
-  const auto metrics =
-      compute_throughput_metrics(outcome.requests, outcome.seconds, outcome.dp_groups);
+  auto metrics = compute_throughput_metrics(outcome.requests, outcome.seconds, outcome.dp_groups);
+  metrics.speculative = context.speculative;
   std::fputs(format_throughput_block(metrics).c_str(), out);
   std::optional<ThroughputVerdict> verdict;
   if (baseline) {
@@ -153,6 +156,7 @@ int finish_throughput(const RunContext& context, const ThroughputOutcome& outcom
     rec.accuracy = rec.invalid = std::numeric_limits<double>::quiet_NaN();
     rec.latency_s = metrics.duration_s;
     rec.output_throughput = metrics.output_throughput();
+    rec.speculative = context.speculative;
     if (verdict) {
       rec.baseline_output_throughput = verdict->baseline;
       rec.throughput_threshold = verdict->threshold;

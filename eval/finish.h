@@ -14,6 +14,7 @@
 #include "eval/baseline.h"
 #include "eval/history_file.h"
 #include "eval/results.h"
+#include "eval/speculative.h"
 #include "eval/throughput.h"
 
 namespace k3::eval {
@@ -26,12 +27,17 @@ struct RunContext {
   // extractor, shots); the finish fills in kind, counts, metrics, verdict and results.
   RunRecord record;
   nlohmann::json config;  // the run's configuration, echoed as summary.json's "config"
+  // Set only when the run decoded speculatively (a verify round ran on some DP group): the
+  // accept lines, summary.json's "speculative" object and the history record's fields. Absent,
+  // every output is what it is without speculation.
+  std::optional<SpeculativeRun> speculative;
   std::FILE* out = stdout;
 };
 
 // A GSM8K evaluation: `resumed` are the rows a --resume found finished (their tokens were
-// generated in another job's time, so Latency and Output throughput cover `this_part` only;
-// Accuracy and Invalid cover every row). Exit code 0 ok, 1 regression, 2 error (log errors).
+// generated in another job's time, so Latency, Output throughput and the speculative counts
+// cover `this_part` only; Accuracy and Invalid cover every row). Exit code 0 ok, 1 regression,
+// 2 error (log errors).
 int finish_evaluation(const RunContext& context, const std::vector<QuestionResult>& resumed,
                       const std::vector<QuestionResult>& this_part, double latency_s,
                       const std::optional<Baseline>& baseline);

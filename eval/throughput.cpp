@@ -105,6 +105,19 @@ std::string format_throughput_block(const ThroughputMetrics& m) {
   out += row("Input token throughput (tok/s):", m.input_throughput());
   out += row("Output token throughput (tok/s):", m.output_throughput());
   out += row("Total token throughput (tok/s):", m.total_throughput());
+  if (m.speculative) {
+    const SpeculativeRun& s = *m.speculative;
+    const SpeculativeMetrics& c = s.counts;
+    out += row("Speculative decoding:",
+               fmt::format("{}, block size {}: {} verify rounds, {} drafted tokens, {} accepted",
+                           s.algorithm, s.block_size, c.verify_rounds, c.drafted_tokens,
+                           c.accepted_drafts));
+    const auto ratio = [](const std::optional<double>& v) {
+      return v ? fmt::format("{:.2f}", *v) : std::string("-");
+    };
+    out += row("Accept length:", ratio(c.accept_length()));
+    out += row("Accept rate:", ratio(c.accept_rate()));
+  }
   for (const ThroughputGroupStats& g : m.groups) {
     out += row(fmt::format("DP group {}:", g.dp_group),
                fmt::format("{} requests, {} input + {} generated tokens in {:.2f} s", g.requests,
@@ -184,6 +197,7 @@ nlohmann::ordered_json throughput_summary_json(const ThroughputMetrics& m,
   } else {
     j["verdict"] = nullptr;
   }
+  if (m.speculative) j["speculative"] = speculative_json(*m.speculative);
   j["config"] = config;
   return j;
 }

@@ -12,6 +12,9 @@
 //   Input token throughput (tok/s):          208.13        input tokens / duration
 //   Output token throughput (tok/s):         39.02         generated tokens / duration
 //   Total token throughput (tok/s):          247.15        (input + generated) / duration
+//   Speculative decoding:                    dspark, block size 4: 8 verify rounds, ...
+//   Accept length:                           2.75          only when speculation ran
+//   Accept rate:                             0.44          (eval/speculative.h)
 //   DP group 0:                              4 requests, 128 input + 24 generated tokens in 1.20 s
 //   ---------------Time to First Token----------------
 //   Mean TTFT (ms) / Median TTFT (ms) / P99 TTFT (ms)
@@ -31,11 +34,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "eval/baseline.h"
+#include "eval/speculative.h"
 
 namespace k3::eval {
 
@@ -56,6 +61,7 @@ struct ThroughputOutcome {
   std::vector<ThroughputRequest> requests;  // rank 0: every request, by id
   double seconds = 0;                       // wall time of the whole measurement
   int dp_groups = 0;
+  SpeculativeMetrics speculative;  // rank 0: every DP group's counts summed (0: no speculation)
 };
 
 struct LatencyStats {
@@ -73,6 +79,9 @@ struct ThroughputMetrics {
   double duration_s = 0;
   std::vector<ThroughputGroupStats> groups;  // every DP group, in order, idle ones too
   LatencyStats ttft, tpot, e2e;
+  // Set by the caller when the run decoded speculatively: the block's accept lines and
+  // summary.json's "speculative" object.
+  std::optional<SpeculativeRun> speculative;
 
   // Per second of duration_s; 0 when duration_s <= 0.
   double request_throughput() const;
@@ -98,7 +107,8 @@ std::string machine_class();
 // requests.jsonl lines, in the order of the struct.
 nlohmann::ordered_json to_json(const ThroughputRequest& request);
 // summary.json of a throughput run: {"status", "kind": "throughput", "metrics": {...},
-// "verdict": {...} or null, "config"}.
+// "verdict": {...} or null, "speculative": {...} (only when the run decoded speculatively,
+// eval/speculative.h speculative_json), "config"}.
 nlohmann::ordered_json throughput_summary_json(const ThroughputMetrics& metrics,
                                                const ThroughputVerdict* verdict,
                                                const nlohmann::json& config);

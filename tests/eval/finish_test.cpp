@@ -1,5 +1,6 @@
 // Finishing a run: the metric lines, the verdict, the log scan, summary.json, the status file,
-// the history record and the exit code, from one call per mode.
+// the history record and the exit code, from one call per mode; speculative decoding's
+// acceptance in each of them only when it ran.
 #include "eval/finish.h"
 
 #include <gtest/gtest.h>
@@ -123,6 +124,39 @@ TEST(Finish, WithoutArtifactsOrHistoryOnlyTheLinesArePrinted) {
   EXPECT_FALSE(fs::exists(f.dir / "history.h5"));
 }
 
+TEST(Finish, SpeculativeDecodingReachesTheLinesTheSummaryAndTheHistory) {
+  Finisher f;
+  f.context.speculative = SpeculativeRun{"dspark", 4, {8, 32, 14}};
+  EXPECT_EQ(finish_evaluation(f.context, {}, {answered(0, true)}, 1.0, std::nullopt), 0);
+  const std::string text = f.printed();
+  EXPECT_NE(text.find("Output throughput: 3.000 token/s\n"
+                      "Accept length: 2.750\n"
+                      "Accept rate: 0.438\n"
+                      "Speculative decoding: dspark, block size 4: 8 verify rounds, 32 drafted "
+                      "tokens, 14 accepted\n"),
+            std::string::npos)
+      << text;
+  const auto summary = nlohmann::json::parse(read_file(f.dir / "summary.json"));
+  EXPECT_EQ(summary["speculative"],
+            nlohmann::json::parse(R"({"algorithm": "dspark", "block_size": 4, "verify_rounds": 8,
+                                      "drafted_tokens": 32, "accepted_drafts": 14,
+                                      "accept_length": 2.75, "accept_rate": 0.4375})"));
+  const auto runs = read_history(f.context.history);
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].speculative, f.context.speculative);
+}
+
+TEST(Finish, WithoutSpeculationNothingMentionsIt) {
+  Finisher f;
+  EXPECT_EQ(finish_evaluation(f.context, {}, {answered(0, true)}, 1.0, std::nullopt), 0);
+  const std::string text = f.printed();
+  EXPECT_EQ(text.find("ccept"), std::string::npos) << text;
+  EXPECT_EQ(text.find("peculative"), std::string::npos) << text;
+  const auto summary = nlohmann::json::parse(read_file(f.dir / "summary.json"));
+  EXPECT_FALSE(summary.contains("speculative")) << summary.dump(2);
+  EXPECT_EQ(read_history(f.context.history)[0].speculative, std::nullopt);
+}
+
 TEST(Finish, ThroughputRunJudgesTokensPerSecondAndRecordsItsKind) {
   Finisher f;
   ThroughputOutcome outcome;
@@ -150,6 +184,32 @@ TEST(Finish, ThroughputRunJudgesTokensPerSecondAndRecordsItsKind) {
   EXPECT_DOUBLE_EQ(runs[0].output_throughput, 16.0);
   EXPECT_TRUE(std::isnan(runs[0].accuracy));
   EXPECT_TRUE(runs[0].results.empty());
+  EXPECT_EQ(runs[0].speculative, std::nullopt);
+  EXPECT_EQ(text.find("ccept"), std::string::npos) << text;
+  EXPECT_FALSE(nlohmann::json::parse(read_file(f.dir / "summary.json")).contains("speculative"));
+}
+
+TEST(Finish, SpeculativeThroughputRunReportsAcceptance) {
+  Finisher f;
+  f.context.speculative = SpeculativeRun{"dspark", 7, {100, 700, 210}};
+  ThroughputOutcome outcome;
+  outcome.seconds = 1.0;
+  outcome.dp_groups = 1;
+  outcome.requests.push_back({0, 0, 16, 310, 0.1, 1.0});
+  EXPECT_EQ(finish_throughput(f.context, outcome, std::nullopt), 0);
+  const std::string text = f.printed();
+  EXPECT_NE(text.find("Speculative decoding:                    dspark, block size 7: 100 verify "
+                      "rounds, 700 drafted tokens, 210 accepted\n"
+                      "Accept length:                           3.10\n"
+                      "Accept rate:                             0.30\n"),
+            std::string::npos)
+      << text;
+  const auto summary = nlohmann::json::parse(read_file(f.dir / "summary.json"));
+  EXPECT_EQ(summary["speculative"]["verify_rounds"], 100);
+  EXPECT_DOUBLE_EQ(summary["speculative"]["accept_length"].get<double>(), 3.1);
+  EXPECT_DOUBLE_EQ(summary["speculative"]["accept_rate"].get<double>(), 0.3);
+  const auto runs = read_history(f.context.history);
+  EXPECT_EQ(runs[0].speculative, f.context.speculative);
 }
 
 }  // namespace

@@ -94,6 +94,27 @@ TEST(Throughput, BlockHasSglangsLinesInOrder) {
     at = found + line.size();
   }
   EXPECT_EQ(at, block.size());  // the closing rule ends the block
+  EXPECT_EQ(block.find("ccept"), std::string::npos) << block;  // no speculation, no such line
+}
+
+TEST(Throughput, SpeculativeRunAddsItsAcceptLinesAfterTheTotals) {
+  ThroughputMetrics m = compute_throughput_metrics(three(), 1.5, 3);
+  m.speculative = SpeculativeRun{"dspark", 4, {8, 32, 14}};
+  const std::string block = format_throughput_block(m);
+  EXPECT_NE(block.find("Total token throughput (tok/s):          46.00\n"
+                       "Speculative decoding:                    dspark, block size 4: 8 verify "
+                       "rounds, 32 drafted tokens, 14 accepted\n"
+                       "Accept length:                           2.75\n"
+                       "Accept rate:                             0.44\n"
+                       "DP group 0:"),
+            std::string::npos)
+      << block;
+  const auto summary = throughput_summary_json(m, nullptr, {{"seed", 7}});
+  EXPECT_EQ(summary["speculative"]["algorithm"], "dspark");
+  EXPECT_EQ(summary["speculative"]["accepted_drafts"], 14);
+  EXPECT_EQ(summary["speculative"]["accept_rate"], 0.4375);
+  EXPECT_FALSE(throughput_summary_json(compute_throughput_metrics(three(), 1.5, 3), nullptr, {})
+                   .contains("speculative"));
 }
 
 TEST(Throughput, RequestLinesAndSummaryCarryTheFigures) {
