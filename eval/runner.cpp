@@ -71,6 +71,14 @@ std::vector<int> assign_to_dp_groups(std::span<const std::size_t> sizes, int gro
   return out;
 }
 
+SpeculativeMetrics speculative_metrics(const model::engine::GeneratorStats& stats) {
+  return {stats.verify_rounds, stats.drafted_tokens, stats.accepted_drafts};
+}
+
+SpeculativeMetrics speculative_metrics(const Generator::Progress& progress) {
+  return {progress.verify_rounds, progress.drafted_tokens, progress.accepted_drafts};
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -104,18 +112,21 @@ class ProgressReporter {
     const double eta = p.finished > 0 ? elapsed * static_cast<double>(total_ - p.finished) /
                                             static_cast<double>(p.finished)
                                       : 0;
+    // ", accept len X, accept rate Y" once a verify round ran; nothing without speculation.
+    const std::string accept = format_accept_suffix(speculative_metrics(p));
     if (bar_) {
       const std::size_t width = 30;
       const std::size_t fill = total_ ? width * p.finished / total_ : width;
-      std::fprintf(stdout, "\r[%s%s] %zu/%zu %s, %.1f tok/s, ETA %s   ",
+      std::fprintf(stdout, "\r[%s%s] %zu/%zu %s, %.1f tok/s%s, ETA %s   ",
                    std::string(fill, '#').c_str(), std::string(width - fill, '.').c_str(),
                    static_cast<std::size_t>(p.finished), total_, what_.c_str(), rate,
+                   accept.c_str(),
                    p.finished ? (std::to_string(static_cast<long>(eta)) + " s").c_str() : "?");
       if (done) std::fputc('\n', stdout);
       std::fflush(stdout);
     } else {
-      spdlog::info("progress: {}/{} {}, {:.1f} tok/s, ETA {}", p.finished, total_, what_, rate,
-                   p.finished ? std::to_string(static_cast<long>(eta)) + " s" : "?");
+      spdlog::info("progress: {}/{} {}, {:.1f} tok/s{}, ETA {}", p.finished, total_, what_, rate,
+                   accept, p.finished ? std::to_string(static_cast<long>(eta)) + " s" : "?");
     }
   }
 
@@ -340,7 +351,7 @@ ThroughputOutcome run_throughput(model::engine::Engine& engine, const dist::Grou
   ProgressReporter progress(prompts.size(), options.progress_bar, groups.world().rank() == 0,
                             "requests");
   const auto t0 = Clock::now();
-  gen.run(
+  const model::engine::GeneratorStats stats = gen.run(
       requests, {},
       [&](const Request& r, const Completion& c) {
         rows.insert(rows.end(), {static_cast<double>(r.id), static_cast<double>(r.prompt.size()),
@@ -351,6 +362,13 @@ ThroughputOutcome run_throughput(model::engine::Engine& engine, const dist::Grou
   ThroughputOutcome out;
   out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   out.dp_groups = group_count;
+  // Every rank of a DP group holds its group's counts: summed over one rank of each group (the
+  // attn-dp group), rank 0's sum counts every group once.
+  const SpeculativeMetrics group_counts = speculative_metrics(stats);
+  std::array<std::uint64_t, 3> counts = {group_counts.verify_rounds, group_counts.drafted_tokens,
+                                         group_counts.accepted_drafts};
+  dist::allreduce(groups.attn_dp(), std::span<std::uint64_t>(counts), dist::ReduceOp::kSum);
+  out.speculative = {counts[0], counts[1], counts[2]};
   const std::span<const double> contribution =
       group_leader(groups) ? std::span<const double>(rows) : std::span<const double>();
   const auto all = dist::gatherv(groups.world(), contribution, 0);

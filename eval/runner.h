@@ -16,8 +16,9 @@
 #include "dist/groups.h"
 #include "eval/extract.h"
 #include "eval/prompt.h"
-#include "eval/throughput.h"
 #include "eval/results.h"
+#include "eval/speculative.h"
+#include "eval/throughput.h"
 #include "model/engine/engine.h"
 #include "model/engine/generator.h"
 #include "model/tokenizer/tokenizer.h"
@@ -54,6 +55,11 @@ void validate_prompts(const model::engine::Generator& generator, const PromptSet
 std::vector<int> assign_to_dp_groups(std::span<const std::size_t> sizes, int groups,
                                      bool balance_by_tokens);
 
+// The generator's speculative-decoding counts: a DP group's (stats), or every group's summed
+// (progress).
+SpeculativeMetrics speculative_metrics(const model::engine::GeneratorStats& stats);
+SpeculativeMetrics speculative_metrics(const model::engine::Generator::Progress& progress);
+
 struct EvalOutcome {
   std::vector<QuestionResult> results;  // rank 0: this run's questions, in id order
   double latency_s = 0;                 // wall time of the timed generation
@@ -75,7 +81,8 @@ std::string warm_up(model::engine::Engine& engine, const dist::Groups& groups,
                     const RunnerOptions& options);
 
 // Prompt i generates exactly output_lens[i] tokens (stop tokens ignored), every request
-// submitted at the start; collective over the world.
+// submitted at the start; collective over the world. The outcome's speculative counts are every
+// DP group's summed, on rank 0.
 ThroughputOutcome run_throughput(model::engine::Engine& engine, const dist::Groups& groups,
                                  const std::vector<std::vector<std::int32_t>>& prompts,
                                  const std::vector<std::size_t>& output_lens,

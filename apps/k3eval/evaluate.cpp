@@ -3,12 +3,13 @@
 #include <unistd.h>
 
 #include <array>
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <random>
 
 #include <fmt/format.h>
@@ -17,18 +18,19 @@
 
 #include "apps/k3eval/model_loading.h"
 #include "common/json.h"
+#include "common/text_file.h"
 #include "dist/collectives.h"
 #include "dist/logging.h"
 #include "dist/watchdog.h"
 #include "eval/baseline.h"
-#include "eval/throughput.h"
 #include "eval/dataset.h"
 #include "eval/finish.h"
 #include "eval/history_file.h"
 #include "eval/report.h"
 #include "eval/runner.h"
 #include "eval/score.h"
-#include "common/text_file.h"
+#include "eval/speculative.h"
+#include "eval/throughput.h"
 #include "model/engine/engine.h"
 #include "model/tokenizer_files.h"
 
@@ -115,30 +117,36 @@ std::string layout_name(const dist::Layout& l) {
 }
 
 nlohmann::json config_json(const K3evalOptions& o, const dist::Layout& layout) {
-  return {{"command_line", o.command_line},
-          {"config_file", o.config_file},
-          {"model_path", o.model_path},
-          {"load_format", o.load_format},
-          {"layout", layout.summary()},
-          {"world", layout.world()},
-          {"data_path", o.data_path},
-          {"num_shots", o.num_shots},
-          {"num_questions", o.num_questions},
-          {"exclude_shot_questions", o.exclude_shot_questions},
-          {"max_new_tokens", o.max_new_tokens},
-          {"temperature", o.temperature},
-          {"seed", o.seed},
-          {"parallel", o.parallel},
-          {"max_running_requests", o.max_running_requests},
-          {"chunked_prefill_size", o.chunked_prefill_size},
-          {"max_mamba_cache_size", o.max_mamba_cache_size},
-          {"context_length", o.context_length},
-          {"prefix_cache", !o.disable_prefix_cache},
-          {"fp32_activations", o.fp32_activations},
-          {"answer_extractor", o.answer_extractor},
-          {"dp_balance", o.dp_balance},
-          {"baseline", o.baseline},
-          {"resume", o.resume}};
+  nlohmann::json config = {{"command_line", o.command_line},
+                           {"config_file", o.config_file},
+                           {"model_path", o.model_path},
+                           {"load_format", o.load_format},
+                           {"layout", layout.summary()},
+                           {"world", layout.world()},
+                           {"data_path", o.data_path},
+                           {"num_shots", o.num_shots},
+                           {"num_questions", o.num_questions},
+                           {"exclude_shot_questions", o.exclude_shot_questions},
+                           {"max_new_tokens", o.max_new_tokens},
+                           {"temperature", o.temperature},
+                           {"seed", o.seed},
+                           {"parallel", o.parallel},
+                           {"max_running_requests", o.max_running_requests},
+                           {"chunked_prefill_size", o.chunked_prefill_size},
+                           {"max_mamba_cache_size", o.max_mamba_cache_size},
+                           {"context_length", o.context_length},
+                           {"prefix_cache", !o.disable_prefix_cache},
+                           {"fp32_activations", o.fp32_activations},
+                           {"answer_extractor", o.answer_extractor},
+                           {"dp_balance", o.dp_balance},
+                           {"baseline", o.baseline},
+                           {"resume", o.resume}};
+  // Only when on, so a configuration without speculation reads as it always has.
+  if (!o.speculative_algorithm.empty()) {
+    config["speculative_algorithm"] = o.speculative_algorithm;
+    config["speculative_block_size"] = o.speculative_block_size;
+  }
+  return config;
 }
 
 // Where the run's records go (the history: --history, else <artifacts>/history.h5, else none)
@@ -217,6 +225,16 @@ void check_resume_matches(const fs::path& recorded, const nlohmann::json& now) {
                      recorded.parent_path().string() + "; these options differ:";
   for (const std::string& c : changed) text += "\n  " + c;
   throw UsageError(text);
+}
+
+// What the reports say of speculative decoding: the configured algorithm and block size with
+// `counts` (every DP group's summed), or nothing when no verify round ran.
+std::optional<eval::SpeculativeRun> speculative_run(const K3evalOptions& o,
+                                                    const eval::SpeculativeMetrics& counts) {
+  if (!counts.ran()) return std::nullopt;
+  return eval::SpeculativeRun{o.speculative_algorithm,
+                              static_cast<std::uint64_t>(std::max(o.speculative_block_size, 0)),
+                              counts};
 }
 
 // Every id in order on every rank (rank 0 read them).
@@ -333,18 +351,21 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
   dist::set_stage("GSM8K generation");
   const eval::EvalOutcome outcome =
       eval::run_gsm8k(*engine, groups, *tokenizer, prompts, tokens, done, ro, on_result);
-  // Each DP group counts its own tokens, the same on all its ranks: the job's totals add one
-  // rank of every DP group, which is what the attn-dp group holds.
-  std::array<std::uint64_t, 4> tokens_done = {
-      outcome.stats.prefill_tokens, outcome.stats.cached_tokens, outcome.stats.decode_tokens,
-      outcome.stats.generated_tokens};
+  // Each DP group counts its own tokens and speculative rounds, the same on all its ranks: the
+  // job's totals add one rank of every DP group, which is what the attn-dp group holds (rank 0's
+  // sums are the group leaders', attn-tp rank 0 of each group).
+  std::array<std::uint64_t, 7> tokens_done = {
+      outcome.stats.prefill_tokens,   outcome.stats.cached_tokens, outcome.stats.decode_tokens,
+      outcome.stats.generated_tokens, outcome.stats.verify_rounds, outcome.stats.drafted_tokens,
+      outcome.stats.accepted_drafts};
   dist::allreduce(groups.attn_dp(), std::span<std::uint64_t>(tokens_done), dist::ReduceOp::kSum);
+  const eval::SpeculativeMetrics speculative{tokens_done[4], tokens_done[5], tokens_done[6]};
   spdlog::info(
       "generation: {} steps, {} prompt tokens computed, {} reused from the prefix cache, {} "
       "tokens generated ({} in decode steps, the rest each request's first), over {} DP "
-      "group(s)",
+      "group(s){}",
       outcome.stats.steps, tokens_done[0], tokens_done[1], tokens_done[3], tokens_done[2],
-      groups.layout().dp());
+      groups.layout().dp(), eval::format_accept_suffix(speculative));
 
   dist::set_stage("reporting");
   // Every rank's log is complete before rank 0 scans them.
@@ -352,8 +373,10 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
   dist::barrier(groups.world());
   int code = 0;
   if (root) {
-    code = eval::finish_evaluation(run_context(o, groups, config_json(o, groups.layout())),
-                                   resumed.results, outcome.results, outcome.latency_s, baseline);
+    eval::RunContext context = run_context(o, groups, config_json(o, groups.layout()));
+    context.speculative = speculative_run(o, speculative);
+    code = eval::finish_evaluation(context, resumed.results, outcome.results, outcome.latency_s,
+                                   baseline);
   }
   dist::bcast(groups.world(), std::span<int>(&code, 1), 0);
   return code;
@@ -440,7 +463,11 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
   spdlog::info("throughput: {} {} prompts, all in flight", prompts.size(), o.dataset_name);
   const auto out = eval::run_throughput(*engine, groups, prompts, output_lens, ro);
   int code = 0;
-  if (root) code = eval::finish_throughput(run_context(o, groups, config), out, baseline);
+  if (root) {
+    eval::RunContext context = run_context(o, groups, config);
+    context.speculative = speculative_run(o, out.speculative);
+    code = eval::finish_throughput(context, out, baseline);
+  }
   dist::bcast(groups.world(), std::span<int>(&code, 1), 0);
   return code;
 }
