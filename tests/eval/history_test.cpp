@@ -278,8 +278,7 @@ TEST(HistoryTrend, AcceptLengthAndRateColumnsWhenARunRecordedSpeculation) {
   const History h = write_and_load({record("/c", "", 0.5, "t0"), speculative});
   const Series s = select_series(h, {})[0];
   const std::string table = format_trend(s, trend(h, s));
-  EXPECT_NE(table.find("latency s   change  accept len  accept rate  verdict\n"),
-            std::string::npos)
+  EXPECT_NE(table.find("latency s   change  accept len  accept rate  verdict\n"), std::string::npos)
       << table;
   // The run without speculation shows dashes; the columns stay aligned.
   EXPECT_NE(table.find("    0  t0                            4     0.500        -    0.250        -"
