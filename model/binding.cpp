@@ -649,11 +649,13 @@ BindResult bind_parameters(const Checkpoint& checkpoint, const std::vector<Param
   }
   std::sort(unclaimed.begin(), unclaimed.end(),
             [](const auto* a, const auto* b) { return a->entry.name < b->entry.name; });
+  // A draft checkpoint holds the drafter alone, with unprefixed names: every tensor is its own.
+  const bool draft = fmt.has(Capability::kDraftModel);
   const std::string& prefix = checkpoint.name_prefix();
   for (const StoredTensor* t : unclaimed) {
     const std::string& name = t->entry.name;
     const bool language =
-        fmt.kind() == FormatKind::kGguf
+        fmt.kind() == FormatKind::kGguf || draft
             ? true
             : name.rfind(prefix, 0) == 0 &&
                   (prefix.empty() ? name.rfind("model.", 0) == 0 || name.rfind("lm_head.", 0) == 0
@@ -661,8 +663,9 @@ BindResult bind_parameters(const Checkpoint& checkpoint, const std::vector<Param
     if (language) {
       out.problems.push_back(context_of(fmt) + "unexpected tensor '" + name + "' (" +
                              std::string(dtype_name(t->entry.dtype)) + " " + dims(t->entry.shape) +
-                             ") in " + checkpoint.files()[t->file] +
-                             ": no Kimi-K3 parameter of this config is stored under that name");
+                             ") in " + checkpoint.files()[t->file] + ": no " +
+                             (draft ? "DSpark drafter" : "Kimi-K3") +
+                             " parameter of this config is stored under that name");
     } else {
       out.ignored.push_back(name);
     }

@@ -136,13 +136,11 @@ FormatKind detect_format(const fs::path& path) {
   }
   if (description) return FormatKind::kModelSlim;
   if (safetensors) {
-    const std::string type = read_json_file(path / "config.json", [](const json& cfg) {
-      return cfg.is_object() && cfg.contains("model_type") && cfg["model_type"].is_string()
-                 ? cfg["model_type"].get<std::string>()
-                 : std::string();
+    // SGLang's DSpark drafter keeps its own keys in a "dflash_config" object.
+    const bool draft = read_json_file(path / "config.json", [](const json& cfg) {
+      return cfg.is_object() && cfg.contains("dflash_config") && cfg["dflash_config"].is_object();
     });
-    if (type.find("dspark") != std::string::npos) return FormatKind::kDraft;
-    return FormatKind::kHf;
+    return draft ? FormatKind::kDraft : FormatKind::kHf;
   }
   if (gguf) return FormatKind::kGguf;
   throw InputError(path.string() +
@@ -384,8 +382,11 @@ Checkpoint Checkpoint::discover(const fs::path& path, std::optional<FormatKind> 
   ck.files_ = safetensors_files(path, ck.weight_map_);
   ck.config_ = read_config_json(path / "config.json");
   if (ck.config_.is_draft() != (kind == FormatKind::kDraft)) {
-    throw InputError((path / "config.json").string() + ": model_type '" + ck.config_.model_type +
-                     "' does not fit --load-format " + std::string(format_name(kind)));
+    throw InputError((path / "config.json").string() +
+                     (ck.config_.is_draft()
+                          ? ": a DSpark draft's config (it has a dflash_config)"
+                          : ": a Kimi-K3 model's config (no dflash_config, not a DSpark draft)") +
+                     " does not fit --load-format " + std::string(format_name(kind)));
   }
   if (kind == FormatKind::kModelSlim) {
     const fs::path d = path / "quant_model_description.json";

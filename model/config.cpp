@@ -1,6 +1,8 @@
 #include "model/config.h"
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -14,7 +16,6 @@ namespace k3::model {
 using nlohmann::json;
 
 bool ModelConfig::is_mla_layer(int layer) const {
-  if (is_draft()) return true;
   return std::find(full_attn_layers.begin(), full_attn_layers.end(), layer + 1) !=
          full_attn_layers.end();
 }
@@ -23,7 +24,89 @@ bool ModelConfig::is_dense_layer(int layer) const {
   return is_draft() || layer < first_k_dense_replace;
 }
 
+namespace {
+
+// Far above any real model, and low enough that no product of two of them (a projection's
+// rows, a head block) overflows: an absurd value is refused by validate(), before any per-layer
+// or per-expert structure is sized from it.
+constexpr long long kMaxWidth = 1 << 20, kMaxCount = 1 << 16, kMaxHeadDim = 1 << 12;
+constexpr long long kMaxVocab = 1 << 24;
+constexpr int kMaxBlockSize = 64;  // tokens a DSpark draft proposes per round
+
+void validate_draft(const ModelConfig& c, const std::string& source) {
+  const DSparkConfig& d = *c.dspark;
+  auto fail = [&](const std::string& what) {
+    throw InputError(source + ": invalid DSpark draft config: " + what);
+  };
+  auto within = [&](const std::string& key, long long v, long long low, long long high) {
+    if (v < low || v > high) {
+      fail(key + " = " + std::to_string(v) + ", expected " + std::to_string(low) + ".." +
+           std::to_string(high));
+    }
+  };
+  within("hidden_size", c.hidden_size, 1, kMaxWidth);
+  within("num_hidden_layers", c.num_hidden_layers, 1, ModelConfig::kMaxLayers);
+  within("vocab_size", c.vocab_size, 1, kMaxVocab);
+  within("intermediate_size", c.intermediate_size, 1, kMaxWidth);
+  within("num_attention_heads", c.num_attention_heads, 1, kMaxHeadDim);
+  within("num_key_value_heads", d.num_key_value_heads, 1, kMaxHeadDim);
+  within("head_dim", d.head_dim, 1, kMaxHeadDim);
+  within("max_position_embeddings", d.max_position_embeddings, 1, INT_MAX);
+  within("block_size", d.block_size, 1, kMaxBlockSize);
+  within("dflash_config.markov_rank", d.markov_rank, 1, kMaxWidth);
+  if (c.num_attention_heads % d.num_key_value_heads != 0) {
+    fail("num_attention_heads = " + std::to_string(c.num_attention_heads) +
+         ", expected a multiple of num_key_value_heads = " + std::to_string(d.num_key_value_heads) +
+         " (GQA shares each KV head among a whole number of query heads)");
+  }
+  if (d.target_layer_ids.empty())
+    fail("dflash_config.target_layer_ids is empty; a DSpark draft taps at least one target layer");
+  if (static_cast<long long>(d.target_layer_ids.size()) > kMaxHeadDim) {
+    fail("dflash_config.target_layer_ids has " + std::to_string(d.target_layer_ids.size()) +
+         " entries, expected at most " + std::to_string(kMaxHeadDim));
+  }
+  for (std::size_t i = 0; i < d.target_layer_ids.size(); ++i) {
+    const int l = d.target_layer_ids[i];
+    if (l < 0) {
+      fail("dflash_config.target_layer_ids entry " + std::to_string(l) +
+           " is negative (0-based target layers)");
+    }
+    if (i > 0 && l <= d.target_layer_ids[i - 1]) {
+      fail("dflash_config.target_layer_ids is not ascending and unique: " + std::to_string(l) +
+           " follows " + std::to_string(d.target_layer_ids[i - 1]) +
+           " (fc reads the taps concatenated in this order)");
+    }
+  }
+  if (d.mask_token_id < 0 || d.mask_token_id >= c.vocab_size) {
+    fail("dflash_config.mask_token_id = " + std::to_string(d.mask_token_id) +
+         " outside the vocabulary (vocab_size " + std::to_string(c.vocab_size) + ")");
+  }
+  if (!(c.rms_norm_eps > 0 && c.rms_norm_eps < 1)) fail("rms_norm_eps outside (0, 1)");
+  auto number = [](double v) {
+    std::ostringstream text;
+    text << v;
+    return text.str();
+  };
+  if (!(d.rope_theta > 0) || !std::isfinite(d.rope_theta))
+    fail("rope_parameters.rope_theta = " + number(d.rope_theta) + ", expected > 0");
+  if (!(d.rope_factor >= 1) || !std::isfinite(d.rope_factor))
+    fail("rope_parameters.factor = " + number(d.rope_factor) + ", expected >= 1");
+  if (d.rope_original_max_position < 0 || (d.rope_factor > 1 && d.rope_original_max_position < 1)) {
+    fail("rope_parameters.original_max_position_embeddings = " +
+         std::to_string(d.rope_original_max_position) + ", expected > 0 with YaRN (factor " +
+         number(d.rope_factor) + ")");
+  }
+  if (!std::isfinite(d.rope_beta_fast) || !std::isfinite(d.rope_beta_slow))
+    fail("rope_parameters.beta_fast / beta_slow must be finite numbers");
+}
+
+}  // namespace
+
 void ModelConfig::validate(const std::string& source) const {
+  if (is_draft()) {
+    validate_draft(*this, source);
+    return;
+  }
   auto fail = [&](const std::string& what) {
     throw InputError(source + ": invalid Kimi-K3 config: " + what);
   };
@@ -40,35 +123,23 @@ void ModelConfig::validate(const std::string& source) const {
   positive("qk_nope_head_dim", qk_nope_head_dim);
   positive("qk_rope_head_dim", qk_rope_head_dim);
   positive("v_head_dim", v_head_dim);
-  if (is_draft()) {
-    if (draft_target_layers.empty())
-      fail("target_layer_ids is empty; a DSpark draft taps at least one layer");
-    for (int l : draft_target_layers) {
-      if (l < 0) fail("target_layer_ids entry " + std::to_string(l) + " is negative");
-    }
-  } else {
-    positive("num_experts", num_experts);
-    positive("num_experts_per_token", num_experts_per_token);
-    positive("moe_intermediate_size", moe_intermediate_size);
-    positive("routed_expert_hidden_size", routed_expert_hidden_size);
-    positive("attn_res_block_size", attn_res_block_size);
-    positive("linear_attn_config.num_heads", kda_num_heads);
-    positive("linear_attn_config.head_dim", kda_head_dim);
-    positive("linear_attn_config.short_conv_kernel_size", kda_conv_kernel);
-  }
-  // Far above any real model, and low enough that no product of two of them (a projection's
-  // rows, a head block) overflows: an absurd value is refused here, before any per-layer or
-  // per-expert structure is sized from it.
+  positive("num_experts", num_experts);
+  positive("num_experts_per_token", num_experts_per_token);
+  positive("moe_intermediate_size", moe_intermediate_size);
+  positive("routed_expert_hidden_size", routed_expert_hidden_size);
+  positive("attn_res_block_size", attn_res_block_size);
+  positive("linear_attn_config.num_heads", kda_num_heads);
+  positive("linear_attn_config.head_dim", kda_head_dim);
+  positive("linear_attn_config.short_conv_kernel_size", kda_conv_kernel);
   auto at_most = [&](const char* name, long long v, long long limit) {
     if (v > limit) {
       fail(std::string(name) + " = " + std::to_string(v) + ", expected at most " +
            std::to_string(limit));
     }
   };
-  constexpr long long kMaxWidth = 1 << 20, kMaxCount = 1 << 16, kMaxHeadDim = 1 << 12;
   at_most("hidden_size", hidden_size, kMaxWidth);
   at_most("num_hidden_layers", num_hidden_layers, kMaxLayers);
-  at_most("vocab_size", vocab_size, 1 << 24);
+  at_most("vocab_size", vocab_size, kMaxVocab);
   at_most("intermediate_size", intermediate_size, kMaxWidth);
   at_most("num_attention_heads", num_attention_heads, kMaxHeadDim);
   at_most("q_lora_rank", q_lora_rank, kMaxWidth);
@@ -84,14 +155,12 @@ void ModelConfig::validate(const std::string& source) const {
   at_most("linear_attn_config.num_heads", kda_num_heads, kMaxHeadDim);
   at_most("linear_attn_config.head_dim", kda_head_dim, kMaxHeadDim);
   at_most("linear_attn_config.short_conv_kernel_size", kda_conv_kernel, kMaxHeadDim);
-  at_most("target_layer_ids entries", static_cast<long long>(draft_target_layers.size()),
-          kMaxHeadDim);
   if (num_shared_experts < 0) fail("num_shared_experts < 0");
   if (first_k_dense_replace < 0 || first_k_dense_replace > num_hidden_layers) {
     fail("first_k_dense_replace = " + std::to_string(first_k_dense_replace) +
          " outside [0, num_hidden_layers]");
   }
-  if (!is_draft() && num_experts_per_token > num_experts) {
+  if (num_experts_per_token > num_experts) {
     fail("num_experts_per_token = " + std::to_string(num_experts_per_token) + " exceeds " +
          "num_experts = " + std::to_string(num_experts));
   }
@@ -120,6 +189,13 @@ void ModelConfig::validate(const std::string& source) const {
 double ModelConfig::least_parameter_count() const {
   const double hidden = hidden_size, vocab = vocab_size;
   const double layers = num_hidden_layers;
+  if (is_draft()) {
+    const DSparkConfig& d = *dspark;
+    const double q = double(num_attention_heads) * d.head_dim,
+                 kv = double(d.num_key_value_heads) * d.head_dim;
+    const double layer = 2 * hidden * q + 2 * hidden * kv + 3 * hidden * intermediate_size;
+    return layers * layer + hidden * hidden * d.taps() + 2 * vocab * d.markov_rank;
+  }
   const double mla = static_cast<double>(full_attn_layers.size());
   const double mla_layer =
       hidden * q_lora_rank + double(q_lora_rank) * num_attention_heads * qk_head_dim() +
@@ -127,8 +203,7 @@ double ModelConfig::least_parameter_count() const {
       double(kv_lora_rank) * num_attention_heads * (qk_nope_head_dim + v_head_dim) +
       double(num_attention_heads) * v_head_dim * hidden;
   const double dense_mlp = 3 * hidden * intermediate_size;
-  double count = 2 * vocab * hidden + layers * 2 * hidden;  // embedding, LM head, norms
-  if (is_draft()) return count + layers * (mla_layer + dense_mlp);
+  const double count = 2 * vocab * hidden + layers * 2 * hidden;  // embedding, LM head, norms
   const double kda_layer = 4 * hidden * double(kda_num_heads) * kda_head_dim;
   const double dense = first_k_dense_replace, moe = layers - dense;
   const double experts =
@@ -195,33 +270,47 @@ ModelConfig preset_config(const std::string& name) {
 }
 
 ModelConfig draft_preset_config(const std::string& name) {
-  const ModelConfig target = preset_config(name);
+  return draft_preset_config(name, preset_config(name));
+}
+
+ModelConfig draft_preset_config(const std::string& name, const ModelConfig& target) {
   ModelConfig c;
-  c.model_type = "k3_dspark";
+  c.model_type = "qwen3";
   c.hidden_size = target.hidden_size;
   c.vocab_size = target.vocab_size;
   c.rms_norm_eps = target.rms_norm_eps;
-  c.num_attention_heads = target.num_attention_heads;
-  c.q_lora_rank = target.q_lora_rank;
-  c.kv_lora_rank = target.kv_lora_rank;
-  c.qk_nope_head_dim = target.qk_nope_head_dim;
-  c.qk_rope_head_dim = target.qk_rope_head_dim;
-  c.v_head_dim = target.v_head_dim;
-  c.bos_token_id = target.bos_token_id;
-  c.eos_token_id = target.eos_token_id;
-  c.pad_token_id = target.pad_token_id;
+  c.num_hidden_layers = 5;
+  DSparkConfig& d = c.dspark.emplace();
+  d.block_size = 7;
+  // RadixArk's mask token is 163824 = vocab - 16, a reserved special id of the target.
+  d.mask_token_id = target.vocab_size - 16;
+  d.confidence_head = true;
+  d.confidence_with_markov = true;
+  d.tap_attn_res = true;
+  d.rope_theta = 10000;
+  d.rope_factor = 16;
+  d.rope_original_max_position = 65536;
+  d.max_position_embeddings = 1048576;
   if (name == "tiny") {
-    c.num_hidden_layers = 2;
+    // 32 Q heads and 16 KV heads divide over attention-TP 16; a Markov rank equal to the hidden
+    // size lets the synthetic Markov head hold the target's bigram logits exactly.
+    c.num_attention_heads = 32;
     c.intermediate_size = 1024;
-    c.draft_target_layers = {1, 3, 4};
+    d.num_key_value_heads = 16;
+    d.head_dim = 16;
+    d.target_layer_ids = {0, 1, 2, 4, 5};
+    d.markov_rank = target.hidden_size;
+  } else if (name == "full") {
+    // RadixArk/Kimi-K3-DSpark: 2,249,289,601 parameters in 62 tensors.
+    c.num_attention_heads = 64;
+    c.intermediate_size = 14336;
+    d.num_key_value_heads = 16;
+    d.head_dim = 64;
+    d.target_layer_ids = {7, 23, 51, 67, 83};
+    d.markov_rank = 256;
   } else {
-    // Inferact/Kimi-K3-DSpark: 5 MLA layers tapping target layers 2, 23, 47, 71 and 89.
-    c.num_hidden_layers = 5;
-    c.intermediate_size = 18432;
-    c.draft_target_layers = {2, 23, 47, 71, 89};
+    throw UsageError("unknown preset '" + name + "' (expected tiny or full)");
   }
-  c.first_k_dense_replace = c.num_hidden_layers;
-  for (int l = 1; l <= c.num_hidden_layers; ++l) c.full_attn_layers.push_back(l);
   c.validate("draft preset " + name);
   return c;
 }
@@ -244,9 +333,9 @@ class Reader {
   int integer(const char* key) const {
     const json& v = at(key);
     if (!v.is_number_integer()) type_error(key, "an integer", v);
-    const auto x = v.get<long long>();
-    if (x < INT32_MIN || x > INT32_MAX) type_error(key, "a 32-bit integer", v);
-    return static_cast<int>(x);
+    const auto x = int32_of(v);
+    if (!x) type_error(key, "a 32-bit integer", v);
+    return *x;
   }
   int integer_or(const char* key, int fallback) const { return has(key) ? integer(key) : fallback; }
   double number(const char* key) const {
@@ -262,6 +351,9 @@ class Reader {
     if (!v.is_string()) type_error(key, "a string", v);
     return v.get<std::string>();
   }
+  std::string string_or(const char* key, const std::string& fallback) const {
+    return has(key) ? string(key) : fallback;
+  }
   bool boolean_or(const char* key, bool fallback) const {
     if (!has(key)) return fallback;
     const json& v = at(key);
@@ -274,7 +366,9 @@ class Reader {
     std::vector<int> out;
     for (const json& x : v) {
       if (!x.is_number_integer()) type_error(key, "an array of integers", v);
-      out.push_back(x.get<int>());
+      const auto i = int32_of(x);
+      if (!i) type_error(key, "an array of 32-bit integers", v);
+      out.push_back(*i);
     }
     return out;
   }
@@ -284,11 +378,30 @@ class Reader {
     return Reader(v, source_, prefix_ + key + ".");
   }
 
+  // An InputError naming the file and the key, for a value of the right type that is refused.
+  [[noreturn]] void refuse(const char* key, const std::string& why) const {
+    throw InputError(source_ + ": key '" + prefix_ + key + "' is " + shown(at(key)) + ", " + why);
+  }
+
  private:
+  // An integer's value when it fits 32 bits (an unsigned one above INT64_MAX included).
+  static std::optional<int> int32_of(const json& v) {
+    if (v.is_number_unsigned()) {
+      const auto u = v.get<unsigned long long>();
+      if (u > static_cast<unsigned long long>(INT32_MAX)) return std::nullopt;
+      return static_cast<int>(u);
+    }
+    const auto x = v.get<long long>();
+    if (x < INT32_MIN || x > INT32_MAX) return std::nullopt;
+    return static_cast<int>(x);
+  }
+  static std::string shown(const json& v) {
+    std::string text = v.dump();
+    if (text.size() > 40) text = text.substr(0, 40) + "...";
+    return text;
+  }
   [[noreturn]] void type_error(const char* key, const char* expected, const json& v) const {
-    std::string shown = v.dump();
-    if (shown.size() > 40) shown = shown.substr(0, 40) + "...";
-    throw InputError(source_ + ": key '" + prefix_ + key + "' is " + shown + ", expected " +
+    throw InputError(source_ + ": key '" + prefix_ + key + "' is " + shown(v) + ", expected " +
                      expected);
   }
   const json& object_;
@@ -296,7 +409,7 @@ class Reader {
   std::string prefix_;
 };
 
-// Sizes and gated NoPE MLA, which a Kimi-K3 text config and a DSpark draft config share.
+// Sizes and gated NoPE MLA of a Kimi-K3 text config.
 void read_shared_fields(const Reader& r, ModelConfig& c, const std::string& source) {
   c.hidden_size = r.integer("hidden_size");
   c.num_hidden_layers = r.integer("num_hidden_layers");
@@ -318,29 +431,95 @@ void read_shared_fields(const Reader& r, ModelConfig& c, const std::string& sour
   }
 }
 
+// The DSpark drafters k3eval does not read, refused by name before anything else is parsed.
+void refuse_other_drafters(const Reader& top, const std::string& source) {
+  if (top.has("speculators_model_type") && top.string("speculators_model_type") == "dspark") {
+    top.refuse("speculators_model_type",
+               "a checkpoint of the speculators convention (slot j predicts anchor + j, slot 0 "
+               "masked), which SGLang refuses too: k3eval reads the DeepSpec / SpecForge "
+               "convention (slot k predicts anchor + k + 1) of RadixArk/Kimi-K3-DSpark");
+  }
+  bool mla = top.has("model_type") && top.at("model_type") == "k3_dspark";
+  if (top.has("architectures") && top.at("architectures").is_array()) {
+    for (const json& a : top.at("architectures")) mla |= a == "K3DSparkModel";
+  }
+  if (mla) {
+    throw InputError(source +
+                     ": the MLA DSpark drafter (K3DSparkModel, model_type k3_dspark) is not "
+                     "supported; k3eval reads the GQA drafter SGLang serves "
+                     "(RadixArk/Kimi-K3-DSpark: architectures DSparkDraftModel, dflash_config)");
+  }
+}
+
+// SGLang's DSpark drafter config (RadixArk/Kimi-K3-DSpark): a flat Qwen3 config with the
+// drafter's keys in "dflash_config".
+ModelConfig parse_draft_config(const Reader& top, const std::string& source) {
+  ModelConfig c;
+  DSparkConfig& d = c.dspark.emplace();
+  const Reader dflash = top.object("dflash_config");
+  if (const std::string mode = dflash.string_or("attention_mode", "gqa"); mode != "gqa") {
+    dflash.refuse("attention_mode",
+                  "expected \"gqa\": the MLA DSpark drafter (K3DSparkModel) is not supported");
+  }
+  if (const std::string head = dflash.string_or("markov_head_type", "vanilla"); head != "vanilla") {
+    dflash.refuse("markov_head_type",
+                  "expected \"vanilla\" (the gated and rnn Markov heads are not supported)");
+  }
+  c.model_type = top.string_or("model_type", "qwen3");
+  if (top.has("hidden_act") && top.string("hidden_act") != "silu")
+    top.refuse("hidden_act", "expected \"silu\" (the drafter's SwiGLU MLP)");
+  c.hidden_size = top.integer("hidden_size");
+  c.intermediate_size = top.integer("intermediate_size");
+  c.num_hidden_layers = top.integer("num_hidden_layers");
+  c.num_attention_heads = top.integer("num_attention_heads");
+  d.num_key_value_heads = top.integer("num_key_value_heads");
+  d.head_dim = top.integer("head_dim");
+  c.rms_norm_eps = top.number("rms_norm_eps");
+  c.vocab_size = top.integer("vocab_size");
+  d.max_position_embeddings = top.integer("max_position_embeddings");
+  d.block_size = top.integer_or("block_size", 7);
+  const std::string stream = top.string_or("aux_hidden_stream", "attn_res");
+  if (stream != "attn_res" && stream != "prefix")
+    top.refuse("aux_hidden_stream", "expected \"attn_res\" or \"prefix\"");
+  d.tap_attn_res = stream == "attn_res";
+  // RoPE: rope_parameters (theta there or at the top level), YaRN or none.
+  std::string rope_type = "default";
+  if (top.has("rope_parameters")) {
+    const Reader rope = top.object("rope_parameters");
+    rope_type = rope.string_or("rope_type", "default");
+    d.rope_theta = rope.has("rope_theta") ? rope.number("rope_theta") : top.number("rope_theta");
+    if (rope_type == "yarn") {
+      d.rope_factor = rope.number("factor");
+      d.rope_original_max_position = rope.integer("original_max_position_embeddings");
+      d.rope_beta_fast = rope.number_or("beta_fast", 32);
+      d.rope_beta_slow = rope.number_or("beta_slow", 1);
+    } else if (rope_type != "default") {
+      rope.refuse("rope_type", "expected \"yarn\" or \"default\"");
+    }
+  } else {
+    d.rope_theta = top.number("rope_theta");
+  }
+  d.mask_token_id = dflash.integer("mask_token_id");
+  d.target_layer_ids = dflash.integers("target_layer_ids");
+  d.markov_rank = dflash.integer("markov_rank");
+  d.confidence_head = dflash.boolean_or("enable_confidence_head", false);
+  d.confidence_with_markov = dflash.boolean_or("confidence_head_with_markov", true);
+  c.validate(source);
+  return c;
+}
+
 }  // namespace
 
 ModelConfig parse_config_json(const json& root, const std::string& source) {
   if (!root.is_object()) throw InputError(source + ": expected a JSON object");
   Reader top(root, source, "");
+  refuse_other_drafters(top, source);
+  if (top.has("dflash_config")) return parse_draft_config(top, source);
   const bool nested = top.has("text_config");
   Reader r = nested ? top.object("text_config") : top;
   ModelConfig c;
   c.model_type = r.has("model_type") ? r.string("model_type") : "kimi_linear";
   read_shared_fields(r, c, source);
-  if (c.is_draft()) {
-    c.draft_target_layers = r.integers("target_layer_ids");
-    c.first_k_dense_replace = c.num_hidden_layers;
-    // Every draft layer is MLA; an absurd count is left to validate() below, never sized here.
-    if (c.num_hidden_layers <= ModelConfig::kMaxLayers)
-      for (int l = 1; l <= c.num_hidden_layers; ++l) c.full_attn_layers.push_back(l);
-    c.bos_token_id =
-        r.integer_or("bos_token_id", c.vocab_size - ModelConfig::kReservedSpecialTokens);
-    c.eos_token_id = r.integer_or("eos_token_id", c.bos_token_id + 2);
-    c.pad_token_id = r.integer_or("pad_token_id", c.vocab_size - 1);
-    c.validate(source);
-    return c;
-  }
   c.first_k_dense_replace = r.integer_or("first_k_dense_replace", 1);
   c.situ_beta = r.number_or("activation_situ_beta", 4.0);
   c.situ_linear_beta = r.number_or("activation_situ_linear_beta", 25.0);
@@ -378,7 +557,7 @@ ModelConfig read_config_json(const std::filesystem::path& path) {
 
 namespace {
 
-// The fields a Kimi-K3 text config and a DSpark draft config share: sizes and gated NoPE MLA.
+// A Kimi-K3 text config's sizes and gated NoPE MLA.
 json shared_config_json(const ModelConfig& c) {
   return {
       {"model_type", c.model_type},
@@ -399,21 +578,53 @@ json shared_config_json(const ModelConfig& c) {
   };
 }
 
+// RadixArk/Kimi-K3-DSpark's layout.
+json draft_config_json(const ModelConfig& c) {
+  const DSparkConfig& d = *c.dspark;
+  json rope = {{"rope_type", "default"}, {"rope_theta", d.rope_theta}};
+  if (d.rope_factor != 1 || d.rope_original_max_position != 0) {
+    rope = {{"rope_type", "yarn"},
+            {"factor", d.rope_factor},
+            {"original_max_position_embeddings", d.rope_original_max_position},
+            {"rope_theta", d.rope_theta},
+            {"beta_fast", d.rope_beta_fast},
+            {"beta_slow", d.rope_beta_slow}};
+  }
+  return {
+      {"architectures", {"DSparkDraftModel"}},
+      {"model_type", c.model_type},
+      {"hidden_size", c.hidden_size},
+      {"intermediate_size", c.intermediate_size},
+      {"num_hidden_layers", c.num_hidden_layers},
+      {"num_attention_heads", c.num_attention_heads},
+      {"num_key_value_heads", d.num_key_value_heads},
+      {"head_dim", d.head_dim},
+      {"hidden_act", "silu"},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"vocab_size", c.vocab_size},
+      {"max_position_embeddings", d.max_position_embeddings},
+      {"layer_types",
+       std::vector<std::string>(static_cast<std::size_t>(c.num_hidden_layers), "full_attention")},
+      {"rope_parameters", rope},
+      {"block_size", d.block_size},
+      {"aux_hidden_stream", d.tap_attn_res ? "attn_res" : "prefix"},
+      {"tie_word_embeddings", false},
+      {"torch_dtype", "bfloat16"},
+      {"dflash_config",
+       {{"attention_mode", "gqa"},
+        {"markov_rank", d.markov_rank},
+        {"markov_head_type", "vanilla"},
+        {"mask_token_id", d.mask_token_id},
+        {"target_layer_ids", d.target_layer_ids},
+        {"enable_confidence_head", d.confidence_head},
+        {"confidence_head_with_markov", d.confidence_with_markov}}},
+  };
+}
+
 }  // namespace
 
 json to_config_json(const ModelConfig& c) {
-  if (c.is_draft()) {
-    json draft = shared_config_json(c);
-    draft.update({
-        {"architectures", {"K3DSparkModel"}},
-        {"target_layer_ids", c.draft_target_layers},
-        {"bos_token_id", c.bos_token_id},
-        {"eos_token_id", c.eos_token_id},
-        {"pad_token_id", c.pad_token_id},
-        {"torch_dtype", "bfloat16"},
-    });
-    return draft;
-  }
+  if (c.is_draft()) return draft_config_json(c);
   json kda_layers = json::array();
   for (int l = 1; l <= c.num_hidden_layers; ++l) {
     if (!c.is_mla_layer(l - 1)) kda_layers.push_back(l);

@@ -14,19 +14,19 @@
 namespace k3::model {
 
 // The DSpark drafter as SGLang serves it for Kimi-K3 (RadixArk/Kimi-K3-DSpark; config.json with
-// model_type "qwen3" and a "dflash_config"; ../shared/reference/speculative.md sections 1-3):
-// Qwen3-style GQA layers that attend over the target's tapped hidden states (fused by `fc` and
-// `hidden_norm`) and a block of anchor + mask tokens, the target's embedding and LM head, and a
-// low-rank Markov head. The shared sizes (hidden, layers, heads, MLP, vocabulary, eps) are the
-// ModelConfig's own fields.
+// model_type "qwen3" and a "dflash_config"; docs/FORMATS.md, "The DSpark draft"): Qwen3-style GQA
+// layers that attend over the target's tapped hidden states (fused by `fc` and `hidden_norm`) and
+// a block of anchor + mask tokens, the target's embedding and LM head, and a low-rank Markov
+// head. The shared sizes (hidden, layers, Q heads, MLP, vocabulary, eps) are the ModelConfig's
+// own fields; its Kimi-K3 fields (MLA, KDA, MoE, AttnRes) stay at their defaults.
 struct DSparkConfig {
   int block_size = 7;           // tokens drafted per round (anchor + block_size - 1 masks)
   int num_key_value_heads = 0;  // GQA: num_attention_heads is a multiple of it
   int head_dim = 0;
-  int mask_token_id = -1;            // dflash_config.mask_token_id, a token of the target vocabulary
+  int mask_token_id = -1;  // dflash_config.mask_token_id, a token of the target vocabulary
   std::vector<int> target_layer_ids;  // dflash_config.target_layer_ids: 0-based, ascending
-  int markov_rank = 256;             // dflash_config.markov_rank (vanilla Markov head)
-  bool confidence_head = false;      // dflash_config.enable_confidence_head (stored, unused)
+  int markov_rank = 256;              // dflash_config.markov_rank (vanilla Markov head)
+  bool confidence_head = false;       // dflash_config.enable_confidence_head (stored, unused)
   // Which target stream a tap reads (config "aux_hidden_stream"): SGLang's "attn_res" (the
   // AttnRes mixture the next layer's input norm would see; the default) or "prefix" (the
   // residual stream after the layer).
@@ -36,6 +36,12 @@ struct DSparkConfig {
   double rope_factor = 1;
   int rope_original_max_position = 0;
   double rope_beta_fast = 32, rope_beta_slow = 1;
+  int max_position_embeddings = 0;
+  // dflash_config.confidence_head_with_markov: the confidence head reads the Markov head's
+  // previous-token embedding beside the hidden state ([1, hidden + markov_rank]) or not.
+  bool confidence_with_markov = true;
+
+  int taps() const { return static_cast<int>(target_layer_ids.size()); }
 };
 
 struct ModelConfig {
@@ -74,19 +80,16 @@ struct ModelConfig {
   double kda_gate_lower_bound = -5.0;
   std::vector<int> full_attn_layers;  // 1-based, as config.json stores them (MLA layers)
 
-  // DSpark-style draft (model_type "k3_dspark"): every layer is gated NoPE MLA with a dense
-  // SiTU MLP, and `fc` projects the concatenated hidden states the target taps at these layers.
-  std::vector<int> draft_target_layers;  // 0-based target layers
-
-  // Set for a DSpark draft checkpoint (see DSparkConfig).
+  // Set for a DSpark draft checkpoint (see DSparkConfig); then is_draft().
   std::optional<DSparkConfig> dspark;
 
+  // The target's special tokens; a draft has none of its own (they stay 0).
   int bos_token_id = 0;
   int eos_token_id = 0;  // <|end_of_msg|>, the stop token
   int pad_token_id = 0;
 
   // Derived views.
-  bool is_draft() const { return model_type == "k3_dspark"; }
+  bool is_draft() const { return dspark.has_value(); }
   bool is_mla_layer(int layer) const;    // 0-based
   bool is_dense_layer(int layer) const;  // 0-based: layer < first_k_dense_replace
   int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
@@ -98,7 +101,8 @@ struct ModelConfig {
   void validate(const std::string& source) const;
 
   // A lower bound on the weights the config declares (the large matrices of every layer, the
-  // embedding and the LM head), for checking it against the bytes a checkpoint stores.
+  // embedding and the LM head; for a draft its layers, fc and Markov head), for checking it
+  // against the bytes a checkpoint stores.
   double least_parameter_count() const;
 
   static constexpr int kReservedSpecialTokens = 256;
@@ -108,15 +112,24 @@ struct ModelConfig {
 // The synthetic presets: "tiny" (divides cleanly for TP64/DP4/EP64, see ARCHITECTURE.md) and
 // "full" (the real Kimi-K3 shapes).
 ModelConfig preset_config(const std::string& name);
-// The DSpark-style draft that goes with a preset's target (same hidden size and vocabulary).
+// The DSpark drafter that goes with a preset's target: "full" is RadixArk/Kimi-K3-DSpark exactly
+// (5 GQA layers, 64 Q / 16 KV heads of 64, taps 7,23,51,67,83, Markov rank 256); "tiny" is its
+// shape at the tiny target's width (5 layers, 32 Q / 16 KV heads of 16, taps 0,1,2,4,5, Markov
+// rank = hidden). Hidden size, vocabulary, rms_norm_eps and the mask token (vocab - 16) follow the
+// target; the second form takes that target (a preset changed by k3ckpt synth --set).
 ModelConfig draft_preset_config(const std::string& name);
+ModelConfig draft_preset_config(const std::string& name, const ModelConfig& target);
 
 // config.json: reads "text_config" when present, else the top level. Strict: a missing key or a
-// value of the wrong JSON type is an InputError naming the file and the key.
+// value of the wrong JSON type is an InputError naming the file and the key. A config with a
+// "dflash_config" object is a DSpark draft (SGLang's layout, see DSparkConfig); the MLA drafter
+// (K3DSparkModel) and the speculators convention (speculators_model_type "dspark") are refused.
 ModelConfig parse_config_json(const nlohmann::json& json, const std::string& source);
 ModelConfig read_config_json(const std::filesystem::path& path);
 
-// The official release's layout: {"architectures": [...], "text_config": {...}, ...}.
+// The official release's layout: {"architectures": [...], "text_config": {...}, ...}; for a draft
+// the flat layout parse_config_json reads ({"architectures": ["DSparkDraftModel"], ...,
+// "dflash_config": {...}}).
 nlohmann::json to_config_json(const ModelConfig& config);
 
 }  // namespace k3::model

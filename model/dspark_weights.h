@@ -1,7 +1,8 @@
-// The DSpark drafter as one typed tree of weights, like model/kimi_k3.h for the target
-// (../shared/reference/speculative.md section 2, the GQA variant SGLang serves). Stored names carry
-// no "model." prefix; the drafter has no embedding and no LM head of its own (it uses the
-// target's).
+// The DSpark drafter as one typed tree of weights, like model/kimi_k3.h for the target (the GQA
+// drafter SGLang serves, RadixArk/Kimi-K3-DSpark; docs/FORMATS.md, "The DSpark draft").
+// model/parameters.cpp fills a DSparkWeights<ParamSpec> (dspark_definition), the engine reads a
+// DSparkWeights<const Weight*> (dspark_weight_tree). Stored names carry no "model." prefix; the
+// drafter has no embedding and no LM head of its own (it uses the target's).
 #pragma once
 
 #include <optional>
@@ -38,7 +39,9 @@ struct DSparkWeights {
   T norm;         // the final norm before the target's LM head
   T markov_w1;    // [vocab, rank]: the previous token's embedding in the Markov head
   T markov_w2;    // [vocab, rank]: rank -> vocabulary logits bias
-  std::optional<T> confidence_proj, confidence_bias;  // stored by SGLang's checkpoint; unused
+  // [1, hidden + markov_rank] and [1] when dflash_config.enable_confidence_head: stored by
+  // SGLang's checkpoint, unused by its default (static) verify and by k3eval.
+  std::optional<T> confidence_proj, confidence_bias;
   std::vector<DSparkLayerWeights<T>> layers;
   template <class F, class Self, class... Other>
   static void fields(F& f, Self& s, Other&... o) {

@@ -42,7 +42,8 @@ enum class Capability {
   kTiktokenVocabulary,
   // The vocabulary is inside the weight file (tokenizer.ggml.*).
   kEmbeddedVocabulary,
-  // The checkpoint is a DSpark-style draft model (a few MLA layers), not the main model.
+  // The checkpoint is a DSpark drafter (SGLang's GQA drafter: config.json with a dflash_config,
+  // BF16 safetensors without embedding or LM head), loaded beside the main model.
   kDraftModel,
   kCount,
 };

@@ -7,7 +7,8 @@
 //   - the engine and the reference get a `ModelWeights<const Weight*>` (model/weights.h,
 //     weight_tree) and read `layer.mla->q_b_proj` instead of spelling names again.
 // A field that a configuration does not have (an MLA block in a KDA layer, the shared experts
-// of a model without them, AttnRes scores in a draft) is a disengaged std::optional.
+// of a model without them) is a disengaged std::optional. The DSpark drafter has its own tree
+// (model/dspark_weights.h).
 #pragma once
 
 #include <optional>
@@ -93,7 +94,7 @@ struct MoeWeights {  // LatentMoE (section 2.3): routed experts work in the late
 template <class T>
 struct LayerWeights {
   T input_layernorm, post_attention_layernorm;
-  std::optional<T> self_attention_res_score, mlp_res_score;  // AttnRes; a draft has none
+  std::optional<T> self_attention_res_score, mlp_res_score;  // AttnRes
   std::optional<MlaWeights<T>> mla;                          // exactly one of mla / kda
   std::optional<KdaWeights<T>> kda;
   std::optional<MlpWeights<T>> mlp;  // exactly one of mlp (dense layers) / moe
@@ -114,16 +115,13 @@ struct LayerWeights {
 template <class T>
 struct ModelWeights {
   T embed_tokens;
-  std::optional<T> fc, hidden_norm;  // a DSpark-style draft's fusion of the tapped hidden states
   T norm;
-  std::optional<T> output_attn_res_score;  // AttnRes before the LM head; a draft has none
+  std::optional<T> output_attn_res_score;  // AttnRes before the LM head
   T lm_head;
   std::vector<LayerWeights<T>> layers;
   template <class F, class Self, class... Other>
   static void fields(F& f, Self& s, Other&... o) {
     f(s.embed_tokens, o.embed_tokens...);
-    if (s.fc) f(*s.fc, *o.fc...);
-    if (s.hidden_norm) f(*s.hidden_norm, *o.hidden_norm...);
     f(s.norm, o.norm...);
     if (s.output_attn_res_score) f(*s.output_attn_res_score, *o.output_attn_res_score...);
     f(s.lm_head, o.lm_head...);
@@ -163,8 +161,6 @@ template <class T, class Fn>
 auto map_weights(const ModelWeights<T>& in, Fn&& fn) {
   using U = std::remove_cvref_t<decltype(fn(in.embed_tokens))>;
   ModelWeights<U> out;
-  detail::engage_like(out.fc, in.fc);
-  detail::engage_like(out.hidden_norm, in.hidden_norm);
   detail::engage_like(out.output_attn_res_score, in.output_attn_res_score);
   out.layers.resize(in.layers.size());
   for (std::size_t l = 0; l < in.layers.size(); ++l)

@@ -17,6 +17,8 @@ ParamSpec spec(std::string name, int layer, ParamFamily family, std::vector<std:
 }  // namespace
 
 ModelWeights<ParamSpec> kimi_k3_definition(const ModelConfig& c, const dist::Layout& layout) {
+  if (c.is_draft())
+    throw InternalError("kimi_k3_definition: a DSpark draft's definition is dspark_definition");
   ModelWeights<ParamSpec> w;
   const std::int64_t H = c.hidden_size, V = c.vocab_size;
   const auto A = GroupKind::kAttnTp;
@@ -25,16 +27,8 @@ ModelWeights<ParamSpec> kimi_k3_definition(const ModelConfig& c, const dist::Lay
   // Under DP attention the embedding is vocabulary-parallel over the attention-TP group (which
   // is the TP group without DP attention); the LM head follows --enable-dp-lm-head.
   w.embed_tokens = spec("model.embed_tokens.weight", -1, F::kEmbedding, {V, H}, S::kRows, A);
-  if (c.is_draft()) {
-    // DSpark-style draft: fc fuses the tapped target hidden states into the draft's width.
-    w.fc = spec("model.fc.weight", -1, F::kLinear,
-                {H, H * static_cast<std::int64_t>(c.draft_target_layers.size())});
-    w.hidden_norm = spec("model.hidden_norm.weight", -1, F::kVector, {H});
-  }
   w.norm = spec("model.norm.weight", -1, F::kVector, {H});
-  if (!c.is_draft()) {
-    w.output_attn_res_score = spec("model.output_attn_res_score", -1, F::kAttnResScore, {H});
-  }
+  w.output_attn_res_score = spec("model.output_attn_res_score", -1, F::kAttnResScore, {H});
   w.lm_head = spec("lm_head.weight", -1, F::kLinear, {V, H}, S::kRows, layout.lm_head_group());
 
   w.layers.resize(static_cast<std::size_t>(c.num_hidden_layers));
@@ -44,11 +38,8 @@ ModelWeights<ParamSpec> kimi_k3_definition(const ModelConfig& c, const dist::Lay
     layer.input_layernorm = spec(p + "input_layernorm.weight", l, F::kVector, {H});
     layer.post_attention_layernorm =
         spec(p + "post_attention_layernorm.weight", l, F::kVector, {H});
-    if (!c.is_draft()) {
-      layer.self_attention_res_score =
-          spec(p + "self_attention_res_score", l, F::kAttnResScore, {H});
-      layer.mlp_res_score = spec(p + "mlp_res_score", l, F::kAttnResScore, {H});
-    }
+    layer.self_attention_res_score = spec(p + "self_attention_res_score", l, F::kAttnResScore, {H});
+    layer.mlp_res_score = spec(p + "mlp_res_score", l, F::kAttnResScore, {H});
     const std::string a = p + "self_attn.";
     if (c.is_mla_layer(l)) {
       const std::int64_t heads = c.num_attention_heads;
@@ -126,10 +117,64 @@ ModelWeights<ParamSpec> kimi_k3_definition(const ModelConfig& c, const dist::Lay
   return w;
 }
 
+DSparkWeights<ParamSpec> dspark_definition(const ModelConfig& c, const dist::Layout& layout) {
+  if (!c.is_draft()) throw InternalError("dspark_definition: the config is not a DSpark draft's");
+  const DSparkConfig& d = *c.dspark;
+  DSparkWeights<ParamSpec> w;
+  const std::int64_t H = c.hidden_size, V = c.vocab_size, I = c.intermediate_size;
+  const std::int64_t hd = d.head_dim, q = c.num_attention_heads * hd,
+                     kv = std::int64_t{d.num_key_value_heads} * hd, r = d.markov_rank;
+  const auto A = GroupKind::kAttnTp;
+  using F = ParamFamily;
+  using S = SplitKind;
+  w.fc = spec("fc.weight", -1, F::kLinear, {H, H * d.taps()});
+  w.hidden_norm = spec("hidden_norm.weight", -1, F::kVector, {H});
+  w.norm = spec("norm.weight", -1, F::kVector, {H});
+  // The Markov head's embedding is read one row per token: replicated. Its output rows are
+  // vocabulary logits, split exactly like the target's LM head rows they are added to.
+  w.markov_w1 = spec("markov_head.markov_w1.weight", -1, F::kLinear, {V, r});
+  w.markov_w2 = spec("markov_head.markov_w2.weight", -1, F::kLinear, {V, r}, S::kRows,
+                     layout.lm_head_group());
+  if (d.confidence_head) {
+    const std::int64_t in = H + (d.confidence_with_markov ? r : 0);
+    w.confidence_proj = spec("confidence_head.proj.weight", -1, F::kLinear, {1, in});
+    w.confidence_bias = spec("confidence_head.proj.bias", -1, F::kVector, {1});
+  }
+  w.layers.resize(static_cast<std::size_t>(c.num_hidden_layers));
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    DSparkLayerWeights<ParamSpec>& layer = w.layers[static_cast<std::size_t>(l)];
+    const std::string p = "layers." + std::to_string(l) + ".";
+    layer.input_layernorm = spec(p + "input_layernorm.weight", l, F::kVector, {H});
+    layer.post_attention_layernorm =
+        spec(p + "post_attention_layernorm.weight", l, F::kVector, {H});
+    // Heads over attention TP: Q, K and V by rows (a KV-head count that does not divide is
+    // refused by slice_for_rank), o_proj by columns.
+    const std::string a = p + "self_attn.";
+    layer.q_proj = spec(a + "q_proj.weight", l, F::kLinear, {q, H}, S::kRows, A, hd);
+    layer.k_proj = spec(a + "k_proj.weight", l, F::kLinear, {kv, H}, S::kRows, A, hd);
+    layer.v_proj = spec(a + "v_proj.weight", l, F::kLinear, {kv, H}, S::kRows, A, hd);
+    layer.o_proj = spec(a + "o_proj.weight", l, F::kLinear, {H, q}, S::kCols, A, hd);
+    layer.q_norm = spec(a + "q_norm.weight", l, F::kVector, {hd});
+    layer.k_norm = spec(a + "k_norm.weight", l, F::kVector, {hd});
+    const std::string m = p + "mlp.";
+    layer.mlp =
+        MlpWeights<ParamSpec>{spec(m + "gate_proj.weight", l, F::kLinear, {I, H}, S::kRows, A),
+                              spec(m + "up_proj.weight", l, F::kLinear, {I, H}, S::kRows, A),
+                              spec(m + "down_proj.weight", l, F::kLinear, {H, I}, S::kCols, A)};
+  }
+  return w;
+}
+
 std::vector<ParamSpec> kimi_k3_parameters(const ModelConfig& c, const dist::Layout& layout) {
   std::vector<ParamSpec> out;
-  ModelWeights<ParamSpec> definition = kimi_k3_definition(c, layout);
-  for_each_weight(definition, [&](ParamSpec& s) { out.push_back(std::move(s)); });
+  auto take = [&](ParamSpec& s) { out.push_back(std::move(s)); };
+  if (c.is_draft()) {
+    DSparkWeights<ParamSpec> definition = dspark_definition(c, layout);
+    for_each_weight(definition, take);
+  } else {
+    ModelWeights<ParamSpec> definition = kimi_k3_definition(c, layout);
+    for_each_weight(definition, take);
+  }
   return out;
 }
 

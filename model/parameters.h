@@ -1,6 +1,7 @@
-// model::ParamSpec: every parameter of the Kimi-K3 text model (or of a DSpark-style draft), by
-// its logical name (the official release's, without "language_model."), with its logical shape
-// and how the parallel layout splits it. Shapes follow ../shared/reference/kimi-k3.md section 3.
+// model::ParamSpec: every parameter of the Kimi-K3 text model (or of a DSpark draft), by its
+// logical name (the official release's, without "language_model."; a draft's names as it stores
+// them), with its logical shape and how the parallel layout splits it. Shapes follow
+// ../shared/reference/kimi-k3.md section 3.
 #pragma once
 
 #include <cstdint>
@@ -45,13 +46,19 @@ struct ParamSpec {
 };
 
 // The model's definition: every parameter's logical name, shape and split, in the typed tree
-// (model/kimi_k3.h). This is the one place those names are written.
+// (model/kimi_k3.h). This is the one place those names are written. Not for a draft
+// (InternalError): a draft's definition is dspark_definition.
 ModelWeights<ParamSpec> kimi_k3_definition(const ModelConfig& config, const dist::Layout& layout);
 
-// The DSpark drafter's definition (config.dspark set): the same role for a draft checkpoint.
+// The DSpark drafter's definition (config.dspark set): the same role for a draft checkpoint. Its
+// heads (Q, K, V by rows, o_proj by columns, in units of head_dim) and MLP split over attention
+// TP; markov_w2's vocabulary rows like the target's LM head; fc, markov_w1, the norms and the
+// confidence head are replicated.
 DSparkWeights<ParamSpec> dspark_definition(const ModelConfig& config, const dist::Layout& layout);
 
-// The same parameters as a flat list in the tree's order (global first, then layer by layer).
+// The parameters of the config's definition as a flat list in the tree's order (global first,
+// then layer by layer): kimi_k3_definition's, or dspark_definition's for a draft (what binding,
+// plan, loader and audit walk for either kind of checkpoint).
 std::vector<ParamSpec> kimi_k3_parameters(const ModelConfig& config, const dist::Layout& layout);
 
 // This rank's part of one parameter: a box [begin, end) per logical dimension.

@@ -109,4 +109,10 @@ ModelWeights<const Weight*> weight_tree(const WeightStore& store, const ModelCon
                      [&](const ParamSpec& spec) { return &store.get(spec.name); });
 }
 
+DSparkWeights<const Weight*> dspark_weight_tree(const WeightStore& store, const ModelConfig& config,
+                                                const dist::Layout& layout) {
+  return map_weights(dspark_definition(config, layout),
+                     [&](const ParamSpec& spec) { return &store.get(spec.name); });
+}
+
 }  // namespace k3::model

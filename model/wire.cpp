@@ -39,13 +39,12 @@ void for_each_field(T& c, Visit&& visit) {
   visit(c.kda_conv_kernel);
   visit(c.kda_gate_lower_bound);
   visit(c.full_attn_layers);
-  visit(c.draft_target_layers);
   visit(c.dspark);
   visit(c.bos_token_id);
   visit(c.eos_token_id);
   visit(c.pad_token_id);
 }
-static_assert(sizeof(ModelConfig) == 320,
+static_assert(sizeof(ModelConfig) == 304,
               "ModelConfig changed: list the new field in for_each_field, then update this size");
 
 template <class T, class Visit>
@@ -64,8 +63,10 @@ void for_each_field(T& d, Visit&& visit) {
   visit(d.rope_original_max_position);
   visit(d.rope_beta_fast);
   visit(d.rope_beta_slow);
+  visit(d.max_position_embeddings);
+  visit(d.confidence_with_markov);
 }
-static_assert(sizeof(DSparkConfig) == 88,
+static_assert(sizeof(DSparkConfig) == 96,
               "DSparkConfig changed: list the new field in for_each_field, then update this size");
 
 // The fields of each record, in wire order, for both directions.

@@ -1,6 +1,6 @@
 // k3ckpt: checkpoint tools that need no MPI job: synth, inspect, plan.
 //   k3ckpt synth --preset tiny|full --format hf|modelslim|gguf|draft --out DIR [--seed N]
-//                [--shards N] [--header-only]
+//                [--shards N] [--header-only]   (draft: the DSpark drafter of that target)
 //   k3ckpt inspect DIR [--load-format F]
 //   k3ckpt plan DIR --tp .. --dp .. --ep .. [layout flags] [--world N] [--rank R]
 #include <boost/program_options.hpp>
@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -123,6 +124,57 @@ void print_problems(const std::vector<std::string>& problems) {
   for (const auto& p : problems) std::printf("  %s\n", p.c_str());
 }
 
+// 2249289601 -> "2,249,289,601".
+std::string grouped(std::uint64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+// A DSpark draft in one block: its config, and what its tensors hold (and do not).
+void print_draft(const model::Checkpoint& ck) {
+  const model::ModelConfig& c = ck.config();
+  const model::DSparkConfig& d = *c.dspark;
+  std::string taps, dtypes;
+  for (int l : d.target_layer_ids) taps += (taps.empty() ? "" : ",") + std::to_string(l);
+  std::uint64_t parameters = 0;
+  bool embedding = false, lm_head = false, kv_b = false, split_kv = false;
+  std::set<std::string> stored_dtypes;
+  for (const model::StoredTensor& t : ck.tensors()) {
+    std::uint64_t n = 1;
+    for (std::int64_t dim : t.entry.shape) n *= static_cast<std::uint64_t>(dim);
+    parameters += n;
+    const std::string& name = t.entry.name;
+    embedding |= name.find("embed_tokens") != std::string::npos;
+    lm_head |= name.find("lm_head") != std::string::npos;
+    kv_b |= name.find("kv_b") != std::string::npos;
+    split_kv |= name.find("k_b.") != std::string::npos || name.find("v_b.") != std::string::npos;
+    stored_dtypes.insert(std::string(model::dtype_name(t.entry.dtype)));
+  }
+  for (const std::string& dtype : stored_dtypes) dtypes += (dtypes.empty() ? "" : " + ") + dtype;
+  const std::int64_t fc_in = static_cast<std::int64_t>(c.hidden_size) * d.taps();
+  std::printf(
+      "draft (DSpark, GQA): hidden %d, %d layers, %d Q heads / %d KV heads of dim %d, MLP %d, "
+      "vocab %d,\n",
+      c.hidden_size, c.num_hidden_layers, c.num_attention_heads, d.num_key_value_heads, d.head_dim,
+      c.intermediate_size, c.vocab_size);
+  std::printf(
+      "  block size %d, mask token %d, taps target layers %s (stream %s) through fc [%d, %lld] "
+      "+ hidden_norm,\n",
+      d.block_size, d.mask_token_id, taps.c_str(), d.tap_attn_res ? "attn_res" : "prefix",
+      c.hidden_size, static_cast<long long>(fc_in));
+  std::printf("  Markov head vanilla rank %d, confidence head %s,\n", d.markov_rank,
+              d.confidence_head ? "yes" : "no");
+  std::printf(
+      "  %s and %s, %s, %s, dtype %s, %s parameters\n", embedding ? "an embedding" : "no embedding",
+      lm_head ? "an LM head" : "no LM head (uses the target's)",
+      kv_b ? "an MLA kv_b" : "no MLA kv_b", split_kv ? "split-GGUF K/V" : "no split-GGUF K/V",
+      dtypes.empty() ? "none" : dtypes.c_str(), grouped(parameters).c_str());
+}
+
 int inspect(const std::vector<std::string>& args) {
   std::string dir, format;
   po::options_description desc("k3ckpt inspect");
@@ -152,13 +204,7 @@ int inspect(const std::vector<std::string>& args) {
                 human(e.second).c_str());
   }
   if (c.is_draft()) {
-    std::string taps;
-    for (int l : c.draft_target_layers) taps += (taps.empty() ? "" : ",") + std::to_string(l);
-    std::printf("draft (%s): hidden %d, %d gated MLA layers with dense MLP %d, heads %d, vocab %d, taps target "
-                "layers %s (fc %d -> %d)\n",
-                c.model_type.c_str(), c.hidden_size, c.num_hidden_layers, c.intermediate_size,
-                c.num_attention_heads, c.vocab_size, taps.c_str(),
-                c.hidden_size * static_cast<int>(c.draft_target_layers.size()), c.hidden_size);
+    print_draft(ck);
   } else {
     std::string mla;
     for (int l : c.full_attn_layers) mla += (mla.empty() ? "" : ",") + std::to_string(l - 1);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <map>
 
 #include <spdlog/spdlog.h>
@@ -30,26 +31,38 @@ std::optional<model::FormatKind> parse_load_format(const std::string& name) {
   return format;
 }
 
-// A draft is loaded beside its target only when the two fit together.
+// A draft is loaded beside its target only when the two fit together: it reads the target's
+// hidden states at its taps, embeds with the target's embedding and adds its Markov logits to the
+// target's LM head. Each refusal names the draft's config.json, the key and both values.
 void check_draft_fits(const model::Checkpoint& draft, const model::ModelConfig& target) {
   const model::ModelConfig& d = draft.config();
-  if (!draft.format().has(model::Capability::kDraftModel)) {
+  if (!draft.format().has(model::Capability::kDraftModel) || !d.dspark) {
     throw InputError(draft.root() +
                      ": --draft-model-path needs a draft checkpoint (format draft), got format " +
                      std::string(draft.format().name()));
   }
-  if (d.hidden_size != target.hidden_size || d.vocab_size != target.vocab_size) {
-    throw InputError(draft.root() + ": draft hidden_size " + std::to_string(d.hidden_size) +
-                     " / vocab_size " + std::to_string(d.vocab_size) +
-                     " do not match the target's " + std::to_string(target.hidden_size) + " / " +
-                     std::to_string(target.vocab_size));
-  }
-  for (int l : d.draft_target_layers) {
-    if (l >= target.num_hidden_layers) {
-      throw InputError(draft.root() + ": draft taps target layer " + std::to_string(l) +
-                       " but the target has " + std::to_string(target.num_hidden_layers) +
-                       " layers");
+  const std::string config = (std::filesystem::path(draft.root()) / "config.json").string();
+  auto differs = [&](const char* key, int draft_value, int target_value) {
+    if (draft_value != target_value) {
+      throw InputError(config + ": draft " + key + " " + std::to_string(draft_value) +
+                       " differs from the target's " + std::to_string(target_value) +
+                       " (the draft uses the target's hidden states, embedding and LM head)");
     }
+  };
+  differs("hidden_size", d.hidden_size, target.hidden_size);
+  differs("vocab_size", d.vocab_size, target.vocab_size);
+  for (int l : d.dspark->target_layer_ids) {
+    if (l >= target.num_hidden_layers) {
+      throw InputError(config + ": dflash_config.target_layer_ids taps target layer " +
+                       std::to_string(l) + ", but the target has " +
+                       std::to_string(target.num_hidden_layers) + " layers (0-based: at most " +
+                       std::to_string(target.num_hidden_layers - 1) + ")");
+    }
+  }
+  if (d.dspark->mask_token_id >= target.vocab_size) {
+    throw InputError(config + ": dflash_config.mask_token_id " +
+                     std::to_string(d.dspark->mask_token_id) +
+                     " is outside the target's vocabulary of " + std::to_string(target.vocab_size));
   }
 }
 
