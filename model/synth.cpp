@@ -333,6 +333,46 @@ std::vector<int> assign_shards(const std::vector<Tensor>& tensors, int shards) {
   return out;
 }
 
+// Writes `tensors` into o.shards safetensors shards and their index.
+SynthSummary write_safetensors(const SynthOptions& o, const std::vector<Tensor>& tensors) {
+  SynthSummary summary;
+  const auto shard_of = assign_shards(tensors, o.shards);
+  for (const auto& t : tensors) summary.bytes += *tensor_bytes(t.dtype, t.shape);
+  summary.tensors = tensors.size();
+  std::vector<SafetensorsWriter> writers(o.shards);
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    auto& t = tensors[i];
+    if (o.header_only)
+      writers[shard_of[i]].add_header_only(t.name, t.dtype, t.shape);
+    else
+      writers[shard_of[i]].add(t.name, t.dtype, t.shape, t.data);
+  }
+  json weight_map = json::object();
+  for (int s = 0; s < o.shards; ++s) {
+    char file[64];
+    std::snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", s + 1, o.shards);
+    writers[s].set_metadata("format", "pt");
+    writers[s].write(o.out / file);
+    ++summary.files;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      if (shard_of[i] == s) weight_map[tensors[i].name] = file;
+    }
+  }
+  std::ofstream(o.out / "model.safetensors.index.json")
+      << json{{"metadata", {{"total_size", summary.bytes}}}, {"weight_map", weight_map}}.dump(1)
+      << "\n";
+  return summary;
+}
+
+// What the well-conditioned weights of `config`'s synthetic model need to know of its structure.
+SynthStructure structure_of(const ModelConfig& config) {
+  SynthStructure structure;
+  structure.num_experts = config.num_experts;
+  structure.experts_per_token = config.num_experts_per_token;
+  structure.ordinary_tokens = static_cast<int>(config.base_vocab_size());
+  return structure;
+}
+
 }  // namespace
 
 std::vector<std::string> read_jsonl_corpus(const fs::path& path) {
@@ -407,11 +447,178 @@ void write_gguf_metadata(GgufWriter& w, const ModelConfig& c, const std::string&
 
 }  // namespace
 
+namespace {
+
+// The synthetic DSpark drafter (docs/FORMATS.md, "The DSpark draft") is derived from its
+// target's synthetic weights, so that it drafts what the target would say: its Markov head holds
+// the target's logits for a stream equal to the previous token's embedding (the synthetic target
+// is close to such a bigram model), its body adds a quarter-scale correction through the target's
+// LM head, and fc averages the tapped streams.
+enum class DraftValues {
+  kSeeded,           // synth_values under the drafter's own name (SynthRole)
+  kOnes,             // norms: identity
+  kTapAverage,       // fc: [I/taps, ..., I/taps]
+  kFinalNorm,        // norm: kDraftBodyScale x the target's final norm weight
+  kMarkovEmbedding,  // markov_w1[x]: the first rank coordinates of RMSNorm(E[x])
+  kMarkovOutput,     // markov_w2[v]: the first rank coordinates of lm_head[v] x final norm
+};
+struct DraftRole {
+  DraftValues values = DraftValues::kSeeded;
+  SynthRole role;
+};
+
+// The body's logits enter at a quarter of the Markov head's scale.
+constexpr float kDraftBodyScale = 0.25f;
+
+DSparkWeights<DraftRole> draft_roles(const DSparkWeights<ParamSpec>& definition) {
+  DSparkWeights<DraftRole> r = map_weights(definition, [](const ParamSpec& s) {
+    return s.family == ParamFamily::kVector ? DraftRole{DraftValues::kOnes, {}} : DraftRole{};
+  });
+  r.fc.values = DraftValues::kTapAverage;
+  r.norm.values = DraftValues::kFinalNorm;
+  r.markov_w1.values = DraftValues::kMarkovEmbedding;
+  r.markov_w2.values = DraftValues::kMarkovOutput;
+  if (r.confidence_bias) r.confidence_bias->values = DraftValues::kSeeded;
+  for (DSparkLayerWeights<DraftRole>& layer : r.layers) {
+    layer.o_proj.role.gain = kAttentionOutputGain;
+    layer.mlp.down_proj.role.gain = kMlpOutputGain;
+  }
+  return r;
+}
+
+// The target tensors a synthetic drafter is derived from: their logical names and synthetic
+// roles, as synthesize_checkpoint writes them for the target.
+struct DraftSource {
+  std::uint64_t seed = 0;
+  SynthStructure structure;
+  std::int64_t hidden = 0;
+  double eps = 0;
+  std::string embedding, lm_head, norm;
+  SynthRole embedding_role, lm_head_role, norm_role;
+
+  // Rows [first, first + count) of the target matrix `name` ([rows, hidden]).
+  std::vector<float> rows(const std::string& name, const SynthRole& role, std::int64_t first,
+                          std::int64_t count) const {
+    std::vector<float> v(static_cast<std::size_t>(count * hidden));
+    synth_values(seed, name, role, hidden, structure, v.data(), v.size(),
+                 static_cast<std::size_t>(first * hidden));
+    return v;
+  }
+  std::vector<float> final_norm() const { return rows(norm, norm_role, 0, 1); }
+};
+
+DraftSource draft_source(const SynthOptions& o, const ModelConfig& target) {
+  dist::LayoutSpec one;
+  const ModelWeights<ParamSpec> definition = kimi_k3_definition(target, dist::Layout::make(one));
+  const ModelWeights<SynthRole> roles = synth_roles(definition);
+  DraftSource s;
+  s.seed = o.seed;
+  s.structure = structure_of(target);
+  s.hidden = target.hidden_size;
+  s.eps = target.rms_norm_eps;
+  s.embedding = definition.embed_tokens.name;
+  s.lm_head = definition.lm_head.name;
+  s.norm = definition.norm.name;
+  s.embedding_role = roles.embed_tokens;
+  s.lm_head_role = roles.lm_head;
+  s.norm_role = roles.norm;
+  return s;
+}
+
+// The values of one drafter tensor (empty when header-only).
+std::vector<float> draft_values(const Collector& c, const DraftSource& target, const ParamSpec& s,
+                                const DraftRole& r) {
+  if (c.o_.header_only) return {};
+  if (r.values == DraftValues::kSeeded) return c.values(s.name, r.role, s.shape);
+  std::vector<float> v(static_cast<std::size_t>(numel(s.shape)), 0.0f);
+  const std::int64_t H = target.hidden;
+  switch (r.values) {
+    case DraftValues::kSeeded:
+      break;
+    case DraftValues::kOnes:
+      std::fill(v.begin(), v.end(), 1.0f);
+      break;
+    case DraftValues::kTapAverage: {
+      const std::int64_t width = s.shape[1], taps = width / H;
+      for (std::int64_t i = 0; i < H; ++i)
+        for (std::int64_t t = 0; t < taps; ++t)
+          v[static_cast<std::size_t>(i * width + t * H + i)] = 1.0f / static_cast<float>(taps);
+      break;
+    }
+    case DraftValues::kFinalNorm: {
+      const std::vector<float> g = target.final_norm();
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = kDraftBodyScale * g[i];
+      break;
+    }
+    case DraftValues::kMarkovEmbedding:
+    case DraftValues::kMarkovOutput: {
+      const bool embedding = r.values == DraftValues::kMarkovEmbedding;
+      const std::vector<float> g = embedding ? std::vector<float>() : target.final_norm();
+      const std::int64_t vocab = s.shape[0], rank = s.shape[1];
+      constexpr std::int64_t kRowsPerChunk = 1024;  // bounds the target rows held at once
+      for (std::int64_t first = 0; first < vocab; first += kRowsPerChunk) {
+        const std::int64_t count = std::min(kRowsPerChunk, vocab - first);
+        const std::vector<float> rows =
+            embedding ? target.rows(target.embedding, target.embedding_role, first, count)
+                      : target.rows(target.lm_head, target.lm_head_role, first, count);
+        for (std::int64_t row = 0; row < count; ++row) {
+          const float* in = rows.data() + row * H;
+          float* out = v.data() + (first + row) * rank;
+          if (embedding) {
+            double squares = 0;
+            for (std::int64_t d = 0; d < H; ++d) squares += double(in[d]) * in[d];
+            const auto inv_rms =
+                static_cast<float>(1.0 / std::sqrt(squares / static_cast<double>(H) + target.eps));
+            for (std::int64_t d = 0; d < rank; ++d) out[d] = in[d] * inv_rms;
+          } else {
+            for (std::int64_t d = 0; d < rank; ++d) out[d] = in[d] * g[static_cast<std::size_t>(d)];
+          }
+        }
+      }
+      break;
+    }
+  }
+  return v;
+}
+
+// k3ckpt synth --format draft: the preset's drafter, derived from `target` (the preset's target
+// with its --set changes) under the same seed; BF16 safetensors and config.json, no tokenizer.
+SynthSummary synthesize_draft(const SynthOptions& o, const ModelConfig& target) {
+  const ModelConfig cfg = draft_preset_config(o.preset, target);
+  const DSparkConfig& d = *cfg.dspark;
+  for (int l : d.target_layer_ids) {
+    if (l >= target.num_hidden_layers) {
+      throw UsageError("k3ckpt synth --format draft: the " + o.preset +
+                       " draft taps target layer " + std::to_string(l) + ", but the target has " +
+                       std::to_string(target.num_hidden_layers) + " layers");
+    }
+  }
+  if (d.markov_rank > cfg.hidden_size) {
+    throw UsageError("k3ckpt synth --format draft: Markov rank " + std::to_string(d.markov_rank) +
+                     " exceeds the hidden size " + std::to_string(cfg.hidden_size) +
+                     " its rows are cut from");
+  }
+  dist::LayoutSpec one;
+  const DSparkWeights<ParamSpec> definition = dspark_definition(cfg, dist::Layout::make(one));
+  const DSparkWeights<DraftRole> roles = draft_roles(definition);
+  const DraftSource source = draft_source(o, target);
+  fs::create_directories(o.out);
+  Collector c(o, source.structure);
+  auto emit = [&](const ParamSpec& s, const DraftRole& r) {
+    c.dense(s.name, DType::kBF16, s.shape, draft_values(c, source, s, r));
+  };
+  DSparkWeights<ParamSpec>::fields(emit, definition, roles);
+  const SynthSummary summary = write_safetensors(o, c.tensors);
+  std::ofstream(o.out / "config.json") << to_config_json(cfg).dump(2) << "\n";
+  return summary;
+}
+
+}  // namespace
+
 SynthSummary synthesize_checkpoint(const SynthOptions& o) {
   if (o.shards < 1) throw UsageError("--shards " + std::to_string(o.shards) + " must be >= 1");
-  // A draft is its own small model, sized to go with the preset's target.
-  ModelConfig cfg =
-      o.format == FormatKind::kDraft ? draft_preset_config(o.preset) : preset_config(o.preset);
+  // A draft goes with the preset's target as --set changes it, and is derived from its weights.
+  ModelConfig cfg = preset_config(o.preset);
   for (const auto& [key, value] : o.overrides) {
     if (key == "hidden_size")
       cfg.hidden_size = value;
@@ -450,6 +657,7 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
     }
   }
   cfg.validate("k3ckpt synth --preset " + o.preset);
+  if (o.format == FormatKind::kDraft) return synthesize_draft(o, cfg);
   // The tiny preset tokenizes for real: a BPE vocabulary trained on the corpus, of exactly the
   // config's base size. Larger presets get a 4096-token vocabulary (GGUF pads its token list
   // to vocab_size; tiktoken.model holds the 4096 tokens, their ids below vocab_size).
@@ -468,16 +676,11 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
   const ModelWeights<ParamSpec> definition = kimi_k3_definition(cfg, dist::Layout::make(one));
   const ModelWeights<SynthRole> roles = synth_roles(definition);
   fs::create_directories(o.out);
-  SynthStructure structure;
-  structure.num_experts = cfg.num_experts;
-  structure.experts_per_token = cfg.num_experts_per_token;
-  structure.ordinary_tokens = static_cast<int>(cfg.base_vocab_size());
-  Collector c(o, structure);
+  Collector c(o, structure_of(cfg));
   const FormatKind kind = o.format;
   const bool gguf = kind == FormatKind::kGguf;
   const bool ms = kind == FormatKind::kModelSlim;
-  const bool draft = kind == FormatKind::kDraft;
-  const std::string prefix = gguf || draft ? "" : "language_model.";
+  const std::string prefix = gguf ? "" : "language_model.";
   json description = {
       {"model_quant_type", "W4A8_DYNAMIC"}, {"version", "1.0.0"}, {"group_size", 0}};
   // ModelSlim linears: int8 weight with per-row scale and offset, or FLOAT.
@@ -626,10 +829,10 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
   ModelWeights<ParamSpec>::fields(emit, definition, roles);
 
   SynthSummary summary;
-  const auto shard_of = assign_shards(c.tensors, o.shards);
-  for (const auto& t : c.tensors) summary.bytes += *tensor_bytes(t.dtype, t.shape);
-  summary.tensors = c.tensors.size();
   if (gguf) {
+    const auto shard_of = assign_shards(c.tensors, o.shards);
+    for (const auto& t : c.tensors) summary.bytes += *tensor_bytes(t.dtype, t.shape);
+    summary.tensors = c.tensors.size();
     const GgufTokenizer tok = to_gguf_tokenizer(vocab, cfg.vocab_size);
     std::vector<GgufWriter> writers(o.shards);
     std::vector<int> counts(o.shards, 0);
@@ -661,33 +864,11 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
     }
     return summary;
   }
-  std::vector<SafetensorsWriter> writers(o.shards);
-  for (std::size_t i = 0; i < c.tensors.size(); ++i) {
-    auto& t = c.tensors[i];
-    if (o.header_only)
-      writers[shard_of[i]].add_header_only(t.name, t.dtype, t.shape);
-    else
-      writers[shard_of[i]].add(t.name, t.dtype, t.shape, t.data);
-  }
-  json weight_map = json::object();
-  for (int s = 0; s < o.shards; ++s) {
-    char file[64];
-    std::snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", s + 1, o.shards);
-    writers[s].set_metadata("format", "pt");
-    writers[s].write(o.out / file);
-    ++summary.files;
-    for (std::size_t i = 0; i < c.tensors.size(); ++i) {
-      if (shard_of[i] == s) weight_map[c.tensors[i].name] = file;
-    }
-  }
-  std::ofstream(o.out / "model.safetensors.index.json")
-      << json{{"metadata", {{"total_size", summary.bytes}}}, {"weight_map", weight_map}}.dump(1)
-      << "\n";
+  summary = write_safetensors(o, c.tensors);
   std::ofstream(o.out / "config.json") << to_config_json(cfg).dump(2) << "\n";
   if (ms) std::ofstream(o.out / "quant_model_description.json") << description.dump(1) << "\n";
-  // Every main-model checkpoint carries its tokenizer (pre-flight checks it); a draft uses
-  // its target's.
-  if (!draft) std::ofstream(o.out / "tiktoken.model", std::ios::binary) << vocab.to_tiktoken();
+  // Every main-model checkpoint carries its tokenizer (pre-flight checks it).
+  std::ofstream(o.out / "tiktoken.model", std::ios::binary) << vocab.to_tiktoken();
   return summary;
 }
 

@@ -50,7 +50,7 @@ std::vector<std::string> read_jsonl_corpus(const std::filesystem::path& path);
 // What the well-conditioned weights need to know of the model beyond a tensor's name and shape
 // (docs/ENGINE.md, "The synthetic model").
 struct SynthStructure {
-  int num_experts = 0;        // routing directions (0: none, e.g. a dense draft)
+  int num_experts = 0;        // routing directions (0: none)
   int experts_per_token = 0;  // directions each token's embedding carries
   int ordinary_tokens = 0;    // token ids below this may be frequent tokens of the LM head
 };
