@@ -173,13 +173,67 @@ PY
     "$k3ckpt" synth --format draft --out "$work/draft" >/dev/null || fail "synth draft failed"
     run 4 --model-path "$work/gguf" --draft-model-path "$work/draft" --load-only --tp 4 --ep 4
     expect_rc 0
-    expect_out "draft $work/draft: 31 tensors beside the model, audit clean"
+    expect_out "draft $work/draft: 62 tensors beside the model, audit clean"
+    # A draft that does not fit its target is refused before any tensor data is read, naming the
+    # draft's config.json, the key and both values.
+    "$k3ckpt" synth --format gguf --set num_hidden_layers=4 --out "$work/gguf4" >/dev/null || fail "synth gguf4 failed"
+    run 4 --model-path "$work/gguf4" --draft-model-path "$work/draft" --load-only --tp 4 --ep 4
+    expect_rc 2
+    expect_err_once "$work/draft/config.json: dflash_config.target_layer_ids taps target layer 4, but the target has 4 layers"
+    "$k3ckpt" synth --format gguf --set hidden_size=256 --out "$work/gguf256" >/dev/null || fail "synth gguf256 failed"
+    run 4 --model-path "$work/gguf256" --draft-model-path "$work/draft" --load-only --tp 4 --ep 4
+    expect_rc 2
+    expect_err_once "$work/draft/config.json: draft hidden_size 512 differs from the target's 256"
     run 4 --model-path "$work/draft" --load-only --tp 4
     expect_rc 2
     expect_err_once "$work/draft: --model-path holds a draft model; pass it with --draft-model-path"
     run 4 --model-path "$work/gguf" --draft-model-path "$work/gguf" --load-only --tp 4 --ep 4
     expect_rc 2
     expect_err_once "$work/gguf: no .safetensors shards"
+    ;;
+  k3ckpt_inspect_draft)
+    # One block that says what a DSpark draft holds (and does not), for both presets.
+    "$k3ckpt" synth --format draft --shards 3 --out "$work/tiny" >/dev/null || fail "synth tiny draft failed"
+    "$k3ckpt" synth --format draft --preset full --header-only --out "$work/full" >/dev/null || fail "synth full draft failed"
+    "$k3ckpt" inspect "$work/tiny" >"$work/tiny.txt" || fail "inspect tiny draft failed: $(cat "$work/tiny.txt")"
+    "$k3ckpt" inspect "$work/full" >"$work/full.txt" || fail "inspect full draft failed: $(cat "$work/full.txt")"
+    cat >"$work/tiny.want" <<'TXT'
+format: draft (detected)
+capabilities: tiktoken_vocabulary, draft_model
+files: 3, tensors: 62, bytes: 33.51 MiB
+  BF16         62 tensors 33.51 MiB
+draft (DSpark, GQA): hidden 512, 5 layers, 32 Q heads / 16 KV heads of dim 16, MLP 1024, vocab 4352,
+  block size 7, mask token 4336, taps target layers 0,1,2,4,5 (stream attn_res) through fc [512, 2560] + hidden_norm,
+  Markov head vanilla rank 512, confidence head yes,
+  no embedding and no LM head (uses the target's), no MLA kv_b, no split-GGUF K/V, dtype BF16, 17,570,977 parameters
+problems: none
+TXT
+    cat >"$work/full.want" <<'TXT'
+format: draft (detected)
+capabilities: tiktoken_vocabulary, draft_model
+files: 1, tensors: 62, bytes: 4.190 GiB
+  BF16         62 tensors 4.190 GiB
+draft (DSpark, GQA): hidden 7168, 5 layers, 64 Q heads / 16 KV heads of dim 64, MLP 14336, vocab 163840,
+  block size 7, mask token 163824, taps target layers 7,23,51,67,83 (stream attn_res) through fc [7168, 35840] + hidden_norm,
+  Markov head vanilla rank 256, confidence head yes,
+  no embedding and no LM head (uses the target's), no MLA kv_b, no split-GGUF K/V, dtype BF16, 2,249,289,601 parameters
+problems: none
+TXT
+    for p in tiny full; do
+      grep -v -e '^checkpoint: ' -e '^inspected in ' "$work/$p.txt" >"$work/$p.got"
+      cmp -s "$work/$p.want" "$work/$p.got" || fail "k3ckpt inspect of the $p draft: $(diff "$work/$p.want" "$work/$p.got")"
+    done
+    # The speculators convention is refused by name (exit 2).
+    python3 - "$work/tiny/config.json" <<'PY' || fail "could not edit the config"
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["speculators_model_type"] = "dspark"
+json.dump(c, open(sys.argv[1], "w"))
+PY
+    "$k3ckpt" inspect "$work/tiny" >/dev/null 2>"$work/err"
+    rc=$?
+    [[ $rc -eq 2 ]] || fail "a speculators draft must exit 2, got $rc"
+    grep -qF "$work/tiny/config.json: key 'speculators_model_type' is \"dspark\"" "$work/err" || fail "message: $(cat "$work/err")"
     ;;
   k3ckpt_tokenize)
     "$k3ckpt" synth --format hf --out "$work/hf" >/dev/null || fail "synth hf failed"

@@ -24,8 +24,8 @@ for t in "${targets[@]}"; do
   if [[ -d $root/tests/fuzz/seeds/$t ]]; then cp "$root/tests/fuzz/seeds/$t"/* "$seeds/$t"/; fi
 done
 ck=$build/synth
-if [[ ! -d $ck/modelslim ]]; then
-  for format in modelslim gguf; do
+if [[ ! -d $ck/draft ]]; then
+  for format in modelslim gguf draft; do
     "$root/build/bin/k3ckpt" synth --format $format --out "$ck/$format" --shards 2 >/dev/null
   done
 fi
@@ -35,6 +35,7 @@ for f in "$ck"/modelslim/*.safetensors; do
 done
 cp "$ck/modelslim/quant_model_description.json" "$seeds/fuzz_modelslim_description/"
 cp "$ck/modelslim/config.json" "$seeds/fuzz_config_json/"
+cp "$ck/draft/config.json" "$seeds/fuzz_config_json/draft-config.json"
 if [[ -f $ck/modelslim/tiktoken.model ]]; then cp "$ck/modelslim/tiktoken.model" "$seeds/fuzz_tiktoken/"; fi
 for f in "$ck"/gguf/*.gguf; do head -c 65536 "$f" >"$seeds/fuzz_gguf/$(basename "$f").head"; done
 

@@ -216,9 +216,11 @@ std::string preflight_message(const fs::path& dir) {
 void add_safetensors_cases(std::vector<Case>& cases, FormatKind kind) {
   const std::string f(format_name(kind));
   const bool draft = kind == FormatKind::kDraft;
-  const std::string prefix = draft ? "model." : "language_model.model.";
-  // A projection of the MLA layer (in the second shard of every format) and the final norm.
-  const std::string proj = prefix + (draft ? "layers.0" : "layers.2") + ".self_attn.q_a_proj.weight";
+  const std::string prefix = draft ? "" : "language_model.model.";
+  // A projection in the second shard of every format, not square (of the MLA layer; a draft's
+  // GQA k_proj) and the final norm.
+  const std::string proj =
+      prefix + (draft ? "layers.1.self_attn.k_proj.weight" : "layers.2.self_attn.q_a_proj.weight");
   const std::string norm = prefix + "norm.weight";
   const std::string shard = "model-00002-of-00003.safetensors";
   const std::string last = "model-00003-of-00003.safetensors";
@@ -496,19 +498,77 @@ void add_draft_cases(std::vector<Case>& cases) {
   auto config = [](std::function<void(json&)> edit) {
     return [edit](const fs::path& d) { edit_json(d / "config.json", edit); };
   };
-  add("target_layers_not_a_list", config([](json& c) { c["target_layer_ids"] = 3; }),
-      {"config.json", "target_layer_ids"});
-  add("target_layers_missing", config([](json& c) { c.erase("target_layer_ids"); }),
-      {"config.json", "target_layer_ids"});
-  add("target_layer_negative", config([](json& c) { c["target_layer_ids"][0] = -1; }),
-      {"config.json", "target_layer_ids"});
+  const std::string taps = "dflash_config.target_layer_ids";
+  add("target_layers_not_a_list", config([](json& c) { c["dflash_config"]["target_layer_ids"] = 3; }),
+      {"config.json", taps});
+  add("target_layers_missing", config([](json& c) { c["dflash_config"].erase("target_layer_ids"); }),
+      {"config.json", taps});
+  add("target_layer_negative", config([](json& c) { c["dflash_config"]["target_layer_ids"][0] = -1; }),
+      {"config.json", taps, "negative"});
+  add("target_layers_descending",
+      config([](json& c) { c["dflash_config"]["target_layer_ids"] = {0, 2, 1, 4, 5}; }),
+      {"config.json", taps, "ascending"});
+  add("target_layers_repeated",
+      config([](json& c) { c["dflash_config"]["target_layer_ids"] = {0, 1, 1, 4, 5}; }),
+      {"config.json", taps, "unique"});
   add("target_layers_too_many", config([](json& c) {
-        c["target_layer_ids"] = json::array();
-        for (int i = 0; i < 100000; ++i) c["target_layer_ids"].push_back(1);
+        json& ids = c["dflash_config"]["target_layer_ids"];
+        ids = json::array();
+        for (int i = 0; i < 100000; ++i) ids.push_back(i);
       }),
-      {"config.json", "target_layer_ids"});
-  add("model_type_not_draft", config([](json& c) { c["model_type"] = "kimi_k3"; }),
+      {"config.json", taps});
+  add("target_layer_beyond_32_bits",
+      config([](json& c) { c["dflash_config"]["target_layer_ids"][4] = 1ull << 40; }),
+      {"config.json", taps});
+  add("dflash_config_removed", config([](json& c) { c.erase("dflash_config"); }), {"config.json"});
+  add("dflash_config_not_an_object", config([](json& c) { c["dflash_config"] = "gqa"; }),
       {"config.json"});
+  add("speculators_convention",
+      config([](json& c) { c["speculators_model_type"] = "dspark"; }),
+      {"config.json", "speculators_model_type", "SGLang refuses"});
+  add("mla_attention_mode", config([](json& c) { c["dflash_config"]["attention_mode"] = "mla"; }),
+      {"config.json", "dflash_config.attention_mode", "K3DSparkModel"});
+  add("mla_model_type", config([](json& c) { c["model_type"] = "k3_dspark"; }),
+      {"config.json", "K3DSparkModel", "not supported"});
+  add("markov_head_gated",
+      config([](json& c) { c["dflash_config"]["markov_head_type"] = "gated"; }),
+      {"config.json", "dflash_config.markov_head_type"});
+  add("kv_heads_not_dividing", config([](json& c) { c["num_key_value_heads"] = 12; }),
+      {"config.json", "num_key_value_heads"});
+  add("kv_heads_zero", config([](json& c) { c["num_key_value_heads"] = 0; }),
+      {"config.json", "num_key_value_heads"});
+  add("mask_token_outside_vocabulary",
+      config([](json& c) { c["dflash_config"]["mask_token_id"] = 4352; }),
+      {"config.json", "dflash_config.mask_token_id"});
+  add("mask_token_negative", config([](json& c) { c["dflash_config"]["mask_token_id"] = -1; }),
+      {"config.json", "dflash_config.mask_token_id"});
+  add("block_size_zero", config([](json& c) { c["block_size"] = 0; }),
+      {"config.json", "block_size"});
+  add("block_size_huge", config([](json& c) { c["block_size"] = 65; }),
+      {"config.json", "block_size"});
+  add("aux_hidden_stream_unknown", config([](json& c) { c["aux_hidden_stream"] = "residual"; }),
+      {"config.json", "aux_hidden_stream"});
+  add("rope_type_unknown", config([](json& c) { c["rope_parameters"]["rope_type"] = "linear"; }),
+      {"config.json", "rope_parameters.rope_type"});
+  add("rope_theta_missing", config([](json& c) { c["rope_parameters"].erase("rope_theta"); }),
+      {"config.json", "rope_theta"});
+  add("yarn_factor_below_one", config([](json& c) { c["rope_parameters"]["factor"] = 0.5; }),
+      {"config.json", "rope_parameters.factor"});
+  add("head_dim_changed", config([](json& c) { c["head_dim"] = 32; }),
+      {"layers.0.self_attn.q_proj.weight", "expected [1024, 512]"});
+  add("markov_rank_changed", config([](json& c) { c["dflash_config"]["markov_rank"] = 256; }),
+      {"markov_head.markov_w1.weight", "expected [4352, 256]"});
+  add("confidence_head_disabled",
+      config([](json& c) { c["dflash_config"]["enable_confidence_head"] = false; }),
+      {"unexpected tensor 'confidence_head.proj.weight'", "DSpark drafter"});
+  add("markov_output_missing", [](const fs::path& d) {
+        rename_tensor(d, "markov_head.markov_w2.weight", "markov_head.markov_w2.weight_gone");
+      },
+      {"markov_head.markov_w2.weight"});
+  add("mla_kv_b_stored", [](const fs::path& d) {
+        rename_tensor(d, "layers.0.self_attn.k_proj.weight", "layers.0.self_attn.kv_b_proj.weight");
+      },
+      {"layers.0.self_attn.k_proj.weight", "layers.0.self_attn.kv_b_proj.weight"});
 }
 
 void add_gguf_cases(std::vector<Case>& cases) {
