@@ -13,6 +13,7 @@
 #include <random>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
@@ -30,6 +31,7 @@
 #include "eval/runner.h"
 #include "eval/score.h"
 #include "eval/speculative.h"
+#include "model/engine/dspark.h"
 #include "eval/throughput.h"
 #include "model/engine/engine.h"
 #include "model/tokenizer_files.h"
@@ -52,8 +54,13 @@ std::uint64_t available_per_rank(const dist::Groups& groups) {
   return kib * 1024 / static_cast<std::uint64_t>(std::max(1, groups.node().size()));
 }
 
-model::engine::EngineOptions engine_options(const K3evalOptions& o) {
+model::engine::EngineOptions engine_options(const K3evalOptions& o,
+                                            const model::ModelConfig* draft = nullptr) {
   model::engine::EngineOptions e;
+  if (draft) {  // the target's streams the drafter reads
+    e.tap_layers = draft->dspark->target_layer_ids;
+    e.tap_attn_res = draft->dspark->tap_attn_res;
+  }
   e.exact = o.fp32_activations;
   e.trace_layers = !o.layers_out.empty();  // only k3eval logits takes --layers-out
   const int running = std::min(o.max_running_requests, o.parallel);
@@ -62,8 +69,17 @@ model::engine::EngineOptions engine_options(const K3evalOptions& o) {
   return e;
 }
 
-eval::RunnerOptions runner_options(const K3evalOptions& o) {
+// The engine over this rank's slice and, with --speculative-algorithm dspark, the drafter
+// beside it.
+struct Serving {
+  std::unique_ptr<model::engine::Engine> engine;
+  std::unique_ptr<model::engine::Drafter> drafter;
+  int block_size = 0;  // the drafter's: --speculative-dspark-block-size, else the checkpoint's
+};
+
+eval::RunnerOptions runner_options(const K3evalOptions& o, const Serving& serving) {
   eval::RunnerOptions r;
+  r.generator.drafter = serving.drafter.get();
   r.max_new_tokens = static_cast<std::size_t>(o.max_new_tokens);
   r.sampling = {static_cast<float>(o.temperature), o.seed};
   r.extractor = eval::parse_extractor(o.answer_extractor);
@@ -78,14 +94,16 @@ eval::RunnerOptions runner_options(const K3evalOptions& o) {
   return r;
 }
 
-// The engine over this rank's slice, after checking the state it will need fits in memory.
-std::unique_ptr<model::engine::Engine> make_engine(dist::Runtime& runtime,
-                                                   const dist::Groups& groups,
-                                                   const LoadedModel& model,
-                                                   const K3evalOptions& o) {
-  std::unique_ptr<model::engine::Engine> engine;
+// The engine over this rank's slice (and the drafter over the draft's), after checking the
+// state it will need fits in memory.
+Serving make_engine(dist::Runtime& runtime, const dist::Groups& groups, const LoadedModel& model,
+                    const K3evalOptions& o) {
+  Serving serving;
+  const bool speculative = !o.speculative_algorithm.empty() && model.draft;
+  const model::ModelConfig* draft = speculative ? &model.draft.checkpoint().config() : nullptr;
+  auto& engine = serving.engine;
   runtime.collectively([&] {
-    const auto options = engine_options(o);
+    const auto options = engine_options(o, draft);
     const auto budget = model::engine::Engine::budget(model.config(), groups.layout(), options,
                                                       model.weights().bytes());
     const std::uint64_t available = available_per_rank(groups);
@@ -102,8 +120,21 @@ std::unique_ptr<model::engine::Engine> make_engine(dist::Runtime& runtime,
         std::make_unique<model::engine::Engine>(model.config(), model.weights(), groups, options);
     spdlog::debug("engine: {:.3f} GiB weights, up to {:.3f} GiB of sequence state",
                   gib(budget.weight_bytes), gib(budget.state_bytes));
+    if (!draft) return;
+    model::engine::DrafterOptions d;
+    d.block_size = o.speculative_block_size > 0 ? o.speculative_block_size
+                                                : draft->dspark->block_size;
+    d.exact = options.exact;
+    d.slots = options.slots;
+    d.context_length = options.context_length;
+    serving.drafter = std::make_unique<model::engine::Drafter>(
+        *draft, model.draft.result->weights, *engine, groups, d);
+    serving.block_size = d.block_size;
+    spdlog::info("speculative decoding: dspark, block size {} (verify width {}), taps of target "
+                 "layers {}",
+                 d.block_size, d.block_size + 1, fmt::join(draft->dspark->target_layer_ids, ","));
   });
-  return engine;
+  return serving;
 }
 
 std::string layout_name(const dist::Layout& l) {
@@ -229,12 +260,11 @@ void check_resume_matches(const fs::path& recorded, const nlohmann::json& now) {
 
 // What the reports say of speculative decoding: the configured algorithm and block size with
 // `counts` (every DP group's summed), or nothing when no verify round ran.
-std::optional<eval::SpeculativeRun> speculative_run(const K3evalOptions& o,
+std::optional<eval::SpeculativeRun> speculative_run(const K3evalOptions& o, const Serving& serving,
                                                     const eval::SpeculativeMetrics& counts) {
   if (!counts.ran()) return std::nullopt;
   return eval::SpeculativeRun{o.speculative_algorithm,
-                              static_cast<std::uint64_t>(std::max(o.speculative_block_size, 0)),
-                              counts};
+                              static_cast<std::uint64_t>(serving.block_size), counts};
 }
 
 // Every id in order on every rank (rank 0 read them).
@@ -308,8 +338,9 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
   LoadedModel model = load_model(runtime, groups, o);
   std::optional<model::Tokenizer> tokenizer;
   eval::TokenizedPrompts tokens;
-  auto engine = make_engine(runtime, groups, model, o);
-  const eval::RunnerOptions ro = runner_options(o);
+  Serving serving = make_engine(runtime, groups, model, o);
+  auto& engine = serving.engine;
+  const eval::RunnerOptions ro = runner_options(o, serving);
   runtime.collectively([&] {
     tokenizer.emplace(model::open_tokenizer(o.model_path, model.config()));
     tokens = eval::tokenize_prompts(*tokenizer, prompts);
@@ -374,7 +405,7 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
   int code = 0;
   if (root) {
     eval::RunContext context = run_context(o, groups, config_json(o, groups.layout()));
-    context.speculative = speculative_run(o, speculative);
+    context.speculative = speculative_run(o, serving, speculative);
     code = eval::finish_evaluation(context, resumed.results, outcome.results, outcome.latency_s,
                                    baseline);
   }
@@ -413,8 +444,9 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
   }
   dist::set_stage("pre-flight and loading");
   LoadedModel model = load_model(runtime, groups, o);
-  auto engine = make_engine(runtime, groups, model, o);
-  eval::RunnerOptions ro = runner_options(o);
+  Serving serving = make_engine(runtime, groups, model, o);
+  auto& engine = serving.engine;
+  eval::RunnerOptions ro = runner_options(o, serving);
   const std::size_t count =
       static_cast<std::size_t>(o.num_prompts > 0 ? o.num_prompts : o.num_questions);
   const std::size_t output_len =
@@ -465,7 +497,7 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
   int code = 0;
   if (root) {
     eval::RunContext context = run_context(o, groups, config);
-    context.speculative = speculative_run(o, out.speculative);
+    context.speculative = speculative_run(o, serving, out.speculative);
     code = eval::finish_throughput(context, out, baseline);
   }
   dist::bcast(groups.world(), std::span<int>(&code, 1), 0);
@@ -482,7 +514,7 @@ int run_logits(dist::Runtime& runtime, const dist::Groups& groups, const K3evalO
   K3evalOptions one = o;
   one.max_running_requests = 1;
   one.max_mamba_cache_size = 1;
-  auto engine = make_engine(runtime, groups, model, one);
+  auto engine = std::move(make_engine(runtime, groups, model, one).engine);
   std::vector<std::int32_t> ids;
   runtime.collectively([&] {
     ids = model::open_tokenizer(o.model_path, model.config()).encode(o.prompt);

@@ -2,6 +2,7 @@
 
 #include <boost/program_options.hpp>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -15,6 +16,37 @@ namespace k3::apps {
 namespace po = boost::program_options;
 
 namespace {
+
+// Speculative decoding: SGLang's DSPARK constraints, each refusal naming its options.
+void validate_speculative(K3evalOptions& o) {
+  std::string& algorithm = o.speculative_algorithm;
+  for (char& ch : algorithm) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (algorithm.empty() && !o.draft_model_path.empty()) algorithm = "dspark";
+  if (algorithm.empty()) {
+    if (o.speculative_block_size != 0)
+      throw UsageError("--speculative-dspark-block-size needs --speculative-algorithm dspark");
+    return;
+  }
+  if (algorithm != "dspark") {
+    throw UsageError("--speculative-algorithm '" + algorithm + "' is not supported (dspark is)");
+  }
+  if (o.draft_model_path.empty()) {
+    throw UsageError("--speculative-algorithm dspark needs --speculative-draft-model-path");
+  }
+  if (o.speculative_block_size < 0 || o.speculative_block_size > 64) {
+    throw UsageError("--speculative-dspark-block-size " +
+                     std::to_string(o.speculative_block_size) + " must be in 1..64");
+  }
+  if (o.command != "eval") {
+    throw UsageError("--speculative-algorithm applies to generation, not `k3eval " + o.command +
+                     "`");
+  }
+  // Draft logits stay inside their DP group (SGLang: DSPARK with dp > 1 requires it).
+  if (o.layout.enable_dp_attention && o.layout.dp > 1 && !o.layout.enable_dp_lm_head) {
+    throw UsageError("--speculative-algorithm dspark with --enable-dp-attention and --dp " +
+                     std::to_string(o.layout.dp) + " needs --enable-dp-lm-head");
+  }
+}
 
 po::options_description describe(K3evalOptions& o) {
   // clang-format off
@@ -31,10 +63,8 @@ po::options_description describe(K3evalOptions& o) {
        "checkpoint directory or .gguf file")
       ("load-format", po::value(&o.load_format)->value_name("FORMAT"),
        "auto (detect), hf, modelslim, gguf or draft")
-      ("draft-model-path", po::value(&o.draft_model_path)->value_name("PATH"),
-       "a DSpark-style BF16 draft checkpoint, loaded beside --model-path")
       ("plan-only", po::bool_switch(&o.plan_only),
-       "the pre-flight: every check of --model-path (and --draft-model-path) and every rank's "
+       "the pre-flight: every check of --model-path (and the draft model) and every rank's "
        "load plan, without reading tensor data; print each rank's share and peak RSS, exit")
       ("load-only", po::bool_switch(&o.load_only),
        "plan, load and audit this rank's slice of --model-path, print the figures, exit")
@@ -68,7 +98,16 @@ po::options_description describe(K3evalOptions& o) {
       ("disable-prefix-cache", po::bool_switch(&o.disable_prefix_cache),
        "recompute the shared few-shot prefix for every prompt")
       ("fp32-activations", po::bool_switch(&o.fp32_activations),
-       "dequantize weights once and multiply with fp32 activations (numerics debugging)");
+       "dequantize weights once and multiply with fp32 activations (numerics debugging)")
+      ("speculative-algorithm", po::value(&o.speculative_algorithm)->value_name("NAME"),
+       "speculative decoding: dspark (a DSpark drafter proposes a block of tokens, the model "
+       "verifies them in one forward; implied by a draft model path)")
+      ("speculative-draft-model-path", po::value<std::string>()->value_name("PATH"),
+       "the DSpark draft checkpoint (BF16, SGLang's RadixArk layout); alias --draft-model-path")
+      ("draft-model-path", po::value<std::string>()->value_name("PATH"),
+       "alias of --speculative-draft-model-path")
+      ("speculative-dspark-block-size", po::value(&o.speculative_block_size)->value_name("N"),
+       "tokens drafted per round (verify width N + 1; default: the draft's block_size, else 7)");
   // clang-format on
 
   po::options_description evaluation("Evaluation (GSM8K, SGLang-compatible)");
@@ -201,6 +240,7 @@ void validate(K3evalOptions& o) {
     throw UsageError("--progress '" + o.progress + "' is not one of auto, bar, log");
   }
   if (o.resume && o.artifacts_dir.empty()) throw UsageError("--resume needs --artifacts-dir");
+  validate_speculative(o);
 }
 
 }  // namespace
@@ -240,13 +280,25 @@ K3evalOptions parse_k3eval_options(int argc, const char* const* argv) {
   } catch (const po::error& e) {
     throw UsageError(std::string(e.what()) + " (see k3eval --help)");
   }
+  // The draft's path has SGLang's name and today's alias; both at once must agree.
+  for (const char* name : {"speculative-draft-model-path", "draft-model-path"}) {
+    if (!vm.count(name)) continue;
+    const std::string path = vm[name].as<std::string>();
+    if (!o.draft_model_path.empty() && o.draft_model_path != path) {
+      throw UsageError("--speculative-draft-model-path '" + o.draft_model_path +
+                       "' and its alias --draft-model-path '" + path + "' disagree");
+    }
+    o.draft_model_path = path;
+  }
   // Paths written in a config file are relative to that file (a job config names its baseline
   // beside it, whatever directory the job starts in); command-line paths to the working directory.
   if (!o.config_file.empty()) {
     const std::filesystem::path base = std::filesystem::path(o.config_file).parent_path();
     for (auto [key, value] :
          {std::pair{"model-path", &o.model_path},
-          std::pair{"draft-model-path", &o.draft_model_path}, std::pair{"data-path", &o.data_path},
+          std::pair{"draft-model-path", &o.draft_model_path},
+          std::pair{"speculative-draft-model-path", &o.draft_model_path},
+          std::pair{"data-path", &o.data_path},
           std::pair{"baseline", &o.baseline}, std::pair{"history", &o.history},
           std::pair{"artifacts-dir", &o.artifacts_dir}, std::pair{"completions", &o.completions}}) {
       if (vm.count(key) && !on_command_line.count(key) && !value->empty() &&

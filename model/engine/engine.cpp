@@ -205,6 +205,9 @@ void Engine::copy_slot(int from, int to) {
   m.slots.at(static_cast<std::size_t>(to)) = m.slots.at(static_cast<std::size_t>(from));
 }
 
+const VocabParallelEmbedding& Engine::embedding() const { return impl_->embedding; }
+const VocabParallelLmHead& Engine::lm_head() const { return impl_->lm_head; }
+
 std::size_t Engine::position(int slot) const {
   return impl_->slots.at(static_cast<std::size_t>(slot)).position;
 }

@@ -94,6 +94,9 @@ struct StepResult {
   std::vector<LayerTrace> layers;
 };
 
+class VocabParallelEmbedding;
+class VocabParallelLmHead;
+
 class Engine {
  public:
   // `weights` is this rank's load (plan made for `groups.layout()` and this rank).
@@ -119,6 +122,10 @@ class Engine {
 
   // Collective over the world (see the header comment).
   StepResult step(std::span<const StepSequence> batch);
+
+  // The token embedding and LM head, which a DSpark drafter shares (model/engine/dspark.h).
+  const VocabParallelEmbedding& embedding() const;
+  const VocabParallelLmHead& lm_head() const;
 
  private:
   struct Impl;

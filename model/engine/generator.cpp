@@ -12,6 +12,13 @@
 
 namespace k3::model::engine {
 
+std::size_t accepted_drafts(std::span<const std::int32_t> drafts,
+                            std::span<const std::int32_t> verified) {
+  std::size_t n = 0;
+  while (n < drafts.size() && n < verified.size() && drafts[n] == verified[n]) ++n;
+  return n;
+}
+
 std::string finish_name(Completion::Finish finish) {
   switch (finish) {
     case Completion::Finish::kLength:
@@ -77,6 +84,7 @@ struct Sequence {
   std::size_t fed = 0;  // prompt tokens in the slot's state
   bool decoding = false;
   std::vector<std::int32_t> generated;
+  std::vector<std::int32_t> block;  // a speculative round: the anchor, then the drafts fed
   Completion completion;
 };
 
@@ -91,6 +99,7 @@ GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& 
   const auto t0 = Clock::now();
   auto now = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   GeneratorStats stats;
+  DraftSource* const drafter = options_.drafter;
   const int slots = engine_.options().slots;
   const int prefix_slots = static_cast<int>(prefixes_.size());
 
@@ -101,6 +110,7 @@ GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& 
     s.prompt = &prefixes_[static_cast<std::size_t>(i)];
     s.slot = i;
     engine_.reset_slot(i);
+    if (drafter) drafter->reset_slot(i);
     prefills.push_back(std::move(s));
   }
   std::deque<int> free_slots;
@@ -137,16 +147,19 @@ GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& 
       }
       if (best >= 0) {
         engine_.copy_slot(best, s.slot);
+        if (drafter) drafter->copy_slot(best, s.slot);
         s.fed = prefixes_[static_cast<std::size_t>(best)].size();
         s.completion.cached_prompt_tokens = s.fed;
         stats.cached_tokens += s.fed;
       } else {
         engine_.reset_slot(s.slot);
+        if (drafter) drafter->reset_slot(s.slot);
       }
       running.push_back(std::move(s));
     }
 
-    // This step: every decoding sequence's last token, then prompt chunks within the budget.
+    // This step: every decoding sequence's last token (with a drafter: its verify block, filled
+    // in once the drafter has proposed), then prompt chunks within the budget.
     batch.clear();
     batch_seq.clear();
     for (Sequence& s : running) {
@@ -154,11 +167,13 @@ GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& 
       StepSequence step;
       step.slot = s.slot;
       step.tokens = std::span<const std::int32_t>(&s.generated.back(), 1);
-      step.output = StepSequence::Output::kNextToken;
+      step.output = drafter ? StepSequence::Output::kEveryToken : StepSequence::Output::kNextToken;
+      step.speculative = drafter != nullptr;
       step.sampling = s.request->sampling;
       batch.push_back(step);
       batch_seq.push_back(&s);
     }
+    const std::size_t verifying = drafter ? batch.size() : 0;
     // A prompt is fed in chunks that end at multiples of chunked_prefill_size (or at its end),
     // whatever else shares the step: a sequence's chunks, and so its numbers, never depend on
     // its batch (KDA's chunked form and MLA's blocks follow the chunk boundaries). A chunk that
@@ -193,10 +208,17 @@ GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& 
     // One allreduce per step: who has work, broken logits, and the progress counters. Only the
     // first rank of each attention-TP group counts progress, so each group counts once.
     const bool leader = groups_.attn_tp().rank() == 0;
-    std::array<std::uint64_t, 4> flags = {work ? 1u : 0u, nonfinite ? 1u : 0u,
-                                          leader ? finished : 0u, leader ? generated : 0u};
+    std::array<std::uint64_t, 7> flags = {work ? 1u : 0u,
+                                          nonfinite ? 1u : 0u,
+                                          leader ? finished : 0u,
+                                          leader ? generated : 0u,
+                                          leader ? stats.verify_rounds : 0u,
+                                          leader ? stats.drafted_tokens : 0u,
+                                          leader ? stats.accepted_drafts : 0u};
     dist::allreduce(groups_.world(), std::span<std::uint64_t>(flags), dist::ReduceOp::kSum);
-    if (on_progress && stats.steps > 0) on_progress({flags[2], flags[3], stats.steps});
+    if (on_progress && stats.steps > 0) {
+      on_progress({flags[2], flags[3], stats.steps, flags[4], flags[5], flags[6]});
+    }
     if (flags[1]) {
       throw InputError(
           "the model produced non-finite logits (NaN or infinity); the checkpoint's "
@@ -204,25 +226,46 @@ GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& 
     }
     if (!flags[0]) break;
 
+    if (drafter) {
+      // Every rank drafts once per step, its DP group's decoding sequences or none. A round
+      // feeds no more drafts than the request could still use (so never past its context).
+      std::vector<DraftRequest> drafts(verifying);
+      for (std::size_t i = 0; i < verifying; ++i) {
+        const Sequence& s = *batch_seq[i];
+        drafts[i] = {s.slot, s.generated.back(), s.request->sampling};
+      }
+      const auto proposed = drafter->propose(drafts);
+      for (std::size_t i = 0; i < verifying; ++i) {
+        Sequence& s = *batch_seq[i];
+        const std::size_t room = s.request->max_new_tokens - s.generated.size();
+        const std::size_t fed = std::min(proposed[i].size(), room > 0 ? room - 1 : 0);
+        s.block.assign(1, s.generated.back());
+        s.block.insert(s.block.end(), proposed[i].begin(),
+                       proposed[i].begin() + static_cast<std::ptrdiff_t>(fed));
+        batch[i].tokens = s.block;
+      }
+    }
+
     StepResult result = engine_.step(batch);
     ++stats.steps;
     nonfinite = result.nonfinite_logits > 0;
     // The first rank of the attention-TP group decides every sampled token for its group.
     if (groups_.attn_tp().size() > 1 && !result.next.empty()) {
       dist::bcast(groups_.attn_tp(), std::span<std::int32_t>(result.next), 0);
+      if (verifying > 0) {
+        std::vector<std::int32_t> flat;
+        for (std::size_t i = 0; i < verifying; ++i)
+          flat.insert(flat.end(), result.every[i].begin(), result.every[i].end());
+        dist::bcast(groups_.attn_tp(), std::span<std::int32_t>(flat), 0);
+        for (std::size_t i = 0, at = 0; i < verifying; at += result.every[i].size(), ++i)
+          std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), result.every[i].size(),
+                      result.every[i].begin());
+      }
     }
 
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      Sequence& s = *batch_seq[i];
-      if (!s.decoding) {
-        s.fed += batch[i].tokens.size();
-        stats.prefill_tokens += batch[i].tokens.size();
-        if (s.fed == s.prompt->size()) s.decoding = true;
-      } else {
-        ++stats.decode_tokens;
-      }
-      if (result.next[i] < 0 || !s.request) continue;
-      const std::int32_t token = result.next[i];
+    // One sampled token of a request: a stop token, a stop string or the length ends it.
+    // Returns false once the request has finished.
+    auto emit = [&](Sequence& s, std::int32_t token) {
       Completion& c = s.completion;
       if (c.completion_tokens == 0) c.first_token_s = now();
       ++c.completion_tokens;
@@ -240,15 +283,59 @@ GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& 
           finish = Completion::Finish::kLength;
         }
       }
-      if (finish) {
-        c.finish = *finish;
-        c.tokens = s.generated;
-        c.finished_s = now();
-        ++finished;
-        const Request& done = *s.request;
-        s.request = nullptr;  // marks it for removal below
-        if (on_done) on_done(done, c);
+      if (!finish) return true;
+      c.finish = *finish;
+      c.tokens = s.generated;
+      c.finished_s = now();
+      ++finished;
+      const Request& done = *s.request;
+      s.request = nullptr;  // marks it for removal below
+      if (on_done) on_done(done, c);
+      return false;
+    };
+
+    // With a drafter every fed row comes back with its taps, [rows, taps x hidden].
+    const std::size_t tap_width = drafter ? drafter->tap_width() : 0;
+    if (drafter) {
+      std::size_t rows = 0;
+      for (const StepSequence& b : batch) rows += b.tokens.size();
+      if (result.taps.size() != rows * tap_width) {
+        throw InternalError("generator: the engine does not tap the layers the drafter reads");
       }
+    }
+    std::size_t row = 0;  // the batch entry's first row in result.taps
+    for (std::size_t i = 0; i < batch.size(); row += batch[i].tokens.size(), ++i) {
+      Sequence& s = *batch_seq[i];
+      auto taps_of = [&](std::size_t rows) {
+        return std::span<const float>(result.taps).subspan(row * tap_width, rows * tap_width);
+      };
+      if (i < verifying) {
+        // A round: keep the drafts the target agrees with and its own next token after them.
+        const std::span<const std::int32_t> fed(s.block);
+        const std::vector<std::int32_t>& verified = result.every[i];
+        const std::size_t accepted = accepted_drafts(fed.subspan(1), verified);
+        engine_.commit(s.slot, accepted + 1);
+        drafter->extend(s.slot, taps_of(accepted + 1), accepted + 1);
+        ++stats.verify_rounds;
+        stats.drafted_tokens += fed.size() - 1;
+        stats.accepted_drafts += accepted;
+        stats.decode_tokens += fed.size();
+        for (std::size_t k = 0; k <= accepted; ++k) {
+          const std::int32_t token = k < accepted ? fed[k + 1] : verified[accepted];
+          if (!emit(s, token)) break;
+        }
+        continue;
+      }
+      if (!s.decoding) {
+        s.fed += batch[i].tokens.size();
+        stats.prefill_tokens += batch[i].tokens.size();
+        if (drafter) drafter->extend(s.slot, taps_of(batch[i].tokens.size()), batch[i].tokens.size());
+        if (s.fed == s.prompt->size()) s.decoding = true;
+      } else {
+        ++stats.decode_tokens;
+      }
+      if (result.next[i] < 0 || !s.request) continue;
+      emit(s, result.next[i]);
     }
     prefills.erase(std::remove_if(prefills.begin(), prefills.end(),
                                   [](const Sequence& s) { return s.decoding; }),

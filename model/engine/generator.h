@@ -10,6 +10,12 @@
 // cache, KDA recurrent and conv state) and prefills only the rest. All ranks step in lockstep:
 // a DP group with nothing to do joins each step with an empty batch until an allreduce over the
 // world says no group has work left.
+// With a drafter (speculative decoding, model/engine/dspark.h) a decoding sequence's step is a
+// round: the drafter proposes block_size tokens after the last sampled one, the engine verifies
+// anchor + drafts in one speculative forward, the longest prefix of drafts the target agrees
+// with is accepted plus the target's own next token (the bonus), the engine commits that many
+// tokens and the drafter takes their tapped streams. The tokens are the plain path's: a verify
+// row computes exactly what decoding that token would (tests/model/engine).
 #pragma once
 
 #include <cstdint>
@@ -43,10 +49,43 @@ struct Completion {
 };
 std::string finish_name(Completion::Finish finish);
 
+struct DraftRequest {
+  int slot = 0;
+  std::int32_t anchor = 0;  // the last sampled token, at the slot's next position
+  Sampling sampling;        // temperature > 0: the target's Gumbel noise at each position
+};
+
+// What speculative decoding needs from a drafter: model/engine/dspark.h's Drafter, or a scripted
+// one in tests. Its slots mirror the engine's; it reads the engine's taps of committed tokens.
+class DraftSource {
+ public:
+  virtual ~DraftSource() = default;
+  // Floats per fed row of StepResult::taps it reads (the engine's tap_layers x hidden).
+  virtual std::size_t tap_width() const = 0;
+  virtual void reset_slot(int slot) = 0;
+  virtual void copy_slot(int from, int to) = 0;
+  // `rows` tokens of `slot` were committed; `taps` holds their tapped streams.
+  virtual void extend(int slot, std::span<const float> taps, std::size_t rows) = 0;
+  // Collective over the world: per request, the tokens proposed after its anchor.
+  virtual std::vector<std::vector<std::int32_t>> propose(std::span<const DraftRequest> batch) = 0;
+};
+
+// Greedy acceptance of one verify step (speculative.md section 5 step 3): `drafts` d1..dn were
+// fed after the anchor and `verified` holds the target's token after each of the n + 1 fed
+// tokens. Returns how many drafts the target accepted (the longest prefix with d_i equal to the
+// target's token after the token before it); the target's token after the last accepted one is
+// the bonus.
+std::size_t accepted_drafts(std::span<const std::int32_t> drafts,
+                            std::span<const std::int32_t> verified);
+
 struct GeneratorOptions {
   int max_running_requests = 16;
   std::size_t chunked_prefill_size = 512;
   bool prefix_caching = true;
+  // Speculative decoding with this DSpark drafter (not owned; its slots mirror the engine's, and
+  // the engine must tap the layers it reads): each decoding sequence's step becomes a round of
+  // drafting block_size tokens and verifying them in one target forward.
+  DraftSource* drafter = nullptr;
 };
 
 struct GeneratorStats {

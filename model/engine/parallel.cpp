@@ -76,6 +76,12 @@ ParallelMlp::ParallelMlp(Linear gate, Linear up, Linear down, RowGroup rows, flo
       situ_beta_(situ_beta),
       situ_linear_beta_(situ_linear_beta) {}
 
+ParallelMlp ParallelMlp::swiglu(Linear gate, Linear up, Linear down, RowGroup rows) {
+  ParallelMlp mlp(std::move(gate), std::move(up), std::move(down), rows, 0, 0);
+  mlp.swiglu_ = true;
+  return mlp;
+}
+
 void ParallelMlp::apply(std::span<const float> x, std::size_t n, Rows& out) const {
   const std::size_t hidden = gate_.cols();
   const auto in = rows_.gather(x, n, hidden);
@@ -84,7 +90,12 @@ void ParallelMlp::apply(std::span<const float> x, std::size_t n, Rows& out) cons
   SharedInput shared(in.rows, in.total);
   shared.apply(gate_, g);
   shared.apply(up_, u);
-  situ_rows(g, u, situ_beta_, situ_linear_beta_);
+  if (swiglu_) {
+    silu_rows(g);
+    for (std::size_t i = 0; i < g.size(); ++i) g[i] *= u[i];
+  } else {
+    situ_rows(g, u, situ_beta_, situ_linear_beta_);
+  }
   down_.apply(g, in.total, y);
   out.assign(y.begin() + static_cast<std::ptrdiff_t>(in.mine * hidden),
              y.begin() + static_cast<std::ptrdiff_t>((in.mine + n) * hidden));

@@ -82,11 +82,13 @@ class RowParallelLinear {
 
 // The SiTU-GLU (section 2.5) with its intermediate size split over one group: gate and up are
 // column-parallel (this rank's intermediate rows), down is row-parallel over the same group.
+// `swiglu` builds the plain SwiGLU (silu(gate) x up) of a Qwen3-style drafter the same way.
 class ParallelMlp {
  public:
   ParallelMlp() = default;
   ParallelMlp(Linear gate, Linear up, Linear down, RowGroup rows, float situ_beta,
               float situ_linear_beta);
+  static ParallelMlp swiglu(Linear gate, Linear up, Linear down, RowGroup rows);
   // x [n, hidden] of this DP group -> out [n, hidden].
   void apply(std::span<const float> x, std::size_t n, Rows& out) const;
 
@@ -95,6 +97,7 @@ class ParallelMlp {
   RowParallelLinear down_;
   RowGroup rows_;
   float situ_beta_ = 0, situ_linear_beta_ = 0;
+  bool swiglu_ = false;
 };
 
 // The token embedding with its vocabulary rows split over attention TP: each rank fills the rows

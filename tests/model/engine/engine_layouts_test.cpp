@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "dist/collectives.h"
+#include "model/engine/dspark.h"
 #include "tests/model/engine/engine_support.h"
 #include "tests/model/test_dirs.h"
 #include "tests/support/mpi_test.h"
@@ -110,6 +111,91 @@ void check_layout_invariance(FormatKind kind, std::size_t prompt_count) {
     Engine tp1(whole.checkpoint->config(), whole.loaded.weights, self, o);
     const auto want = generate(tp1, self, g, prompts, kNewTokens);
     EXPECT_EQ(got, want) << layout.summary();
+  }
+  dist::barrier(groups.world());
+}
+
+// Speculative decoding with the synthetic DSpark drafter distributed like the model (heads over
+// attention TP, the LM head's vocabulary shard): the one-rank plain path's tokens, while DP
+// groups accept different lengths and a group without prompts joins every round.
+TEST(EngineLayouts, SpeculativeSameTokensAsOneRankPlain) {
+  dist::Runtime& rt = runtime();
+  const dist::Layout layout = dist::Layout::make(layout_from_env(rt.world_size()));
+  const dist::Groups groups(layout, rt.world());
+  std::filesystem::path dir, draft_dir;
+  if (rt.rank() == 0) {
+    dir = synthetic_checkpoint(FormatKind::kHf);
+    draft_dir = synthetic_checkpoint(FormatKind::kDraft);
+  }
+  dist::barrier(groups.world());
+  dir = synthetic_checkpoint(FormatKind::kHf);
+  draft_dir = synthetic_checkpoint(FormatKind::kDraft);
+
+  const int groups_count = layout.group_count(dist::GroupKind::kAttnTp);
+  const auto prompts = random_prompts(static_cast<std::size_t>(std::max(1, 2 * groups_count - 1)),
+                                      4, 40, 4096, 81);
+  EngineOptions o;
+  o.exact = true;
+  o.slots = 4;
+  GeneratorOptions g;
+  g.max_running_requests = 4;
+  g.chunked_prefill_size = 32;
+  const int dp_rank = layout.coords(rt.rank()).dp_rank;
+  std::vector<std::size_t> mine;
+  std::vector<std::vector<std::int32_t>> my_prompts;
+  for (std::size_t p = static_cast<std::size_t>(dp_rank); p < prompts.size();
+       p += static_cast<std::size_t>(groups_count)) {
+    mine.push_back(p);
+    my_prompts.push_back(prompts[p]);
+  }
+  const auto target = load_slice(dir, layout, rt.rank());
+  const auto draft = load_slice(draft_dir, layout, rt.rank());
+  const model::ModelConfig& dc = draft.checkpoint->config();
+  o.tap_layers = dc.dspark->target_layer_ids;
+  o.tap_attn_res = dc.dspark->tap_attn_res;
+  Engine engine(target.checkpoint->config(), target.loaded.weights, groups, o);
+  model::engine::DrafterOptions d;
+  d.block_size = dc.dspark->block_size;
+  d.exact = true;
+  d.slots = o.slots;
+  d.context_length = o.context_length;
+  model::engine::Drafter drafter(dc, draft.loaded.weights, engine, groups, d);
+  g.drafter = &drafter;
+  model::engine::GeneratorStats stats;
+  const auto got = gather_tokens(
+      groups, mine, generate(engine, groups, g, my_prompts, kNewTokens, {}, &stats),
+      prompts.size());
+  // Each DP group's acceptance (its first rank's counts), side by side on rank 0.
+  std::vector<std::uint64_t> acceptance(2 * static_cast<std::size_t>(groups_count), 0);
+  if (groups.attn_tp().rank() == 0) {
+    acceptance[2 * static_cast<std::size_t>(dp_rank)] = stats.verify_rounds;
+    acceptance[2 * static_cast<std::size_t>(dp_rank) + 1] = stats.accepted_drafts;
+  }
+  dist::allreduce(groups.world(), std::span<std::uint64_t>(acceptance), dist::ReduceOp::kSum);
+
+  if (rt.rank() == 0) {
+    const dist::Layout one = dist::Layout::make(dist::LayoutSpec{});
+    const dist::Groups self(one, dist::Comm(MPI_COMM_SELF));
+    const auto whole = load_slice(dir, one, 0);
+    EngineOptions plain = o;
+    plain.tap_layers.clear();
+    Engine tp1(whole.checkpoint->config(), whole.loaded.weights, self, plain);
+    GeneratorOptions no_draft = g;
+    no_draft.drafter = nullptr;
+    const auto want = generate(tp1, self, no_draft, prompts, kNewTokens);
+    EXPECT_EQ(got, want) << layout.summary();
+    for (int group = 0; group < groups_count; ++group) {
+      const auto rounds = acceptance[2 * static_cast<std::size_t>(group)];
+      const auto accepted = acceptance[2 * static_cast<std::size_t>(group) + 1];
+      std::printf("DP group %d: %llu verify rounds, %llu drafts accepted\n", group,
+                  static_cast<unsigned long long>(rounds),
+                  static_cast<unsigned long long>(accepted));
+      EXPECT_GT(rounds, 0u) << "DP group " << group;
+    }
+    if (groups_count > 1) {
+      EXPECT_NE(acceptance[1] * acceptance[2], acceptance[0] * acceptance[3])
+          << "the first two DP groups accepted the same share of drafts";
+    }
   }
   dist::barrier(groups.world());
 }

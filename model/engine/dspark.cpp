@@ -1,0 +1,390 @@
+// The DSpark drafter's forward (../shared/reference/speculative.md section 3, GQA variant), over
+// this rank's heads. Equation numbers below are that section's.
+#include "model/engine/dspark.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include <oneapi/tbb/parallel_for.h>
+
+#include "common/error.h"
+#include "model/engine/linear.h"
+#include "model/engine/ops.h"
+#include "model/engine/parallel.h"
+#include "model/engine/sampling.h"
+#include "quant/reference.h"
+
+namespace k3::model::engine {
+
+namespace {
+
+// RoPE with YaRN (HF's "yarn" rope type, as Qwen3 and DeepSeek compute it): per rotary pair i
+// the inverse frequency blends interpolation (divided by the factor) and extrapolation by a
+// linear ramp between the correction dimensions of beta_fast and beta_slow, and cos / sin carry
+// the attention factor 0.1 ln(factor) + 1. Pairs are (i, i + dim/2) (rotate_half).
+class Rope {
+ public:
+  Rope() = default;
+  Rope(const DSparkConfig& c, std::size_t dim) : dim_(dim) {
+    const std::size_t half = dim / 2;
+    inv_freq_.resize(half);
+    const double base = c.rope_theta;
+    for (std::size_t i = 0; i < half; ++i) {
+      inv_freq_[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(dim));
+    }
+    if (c.rope_factor > 1) {
+      const double factor = c.rope_factor;
+      const double original = static_cast<double>(c.rope_original_max_position);
+      auto correction_dim = [&](double rotations) {
+        return static_cast<double>(dim) * std::log(original / (rotations * 2 * M_PI)) /
+               (2 * std::log(base));
+      };
+      double low = std::max(0.0, std::floor(correction_dim(c.rope_beta_fast)));
+      double high =
+          std::min(static_cast<double>(dim - 1), std::ceil(correction_dim(c.rope_beta_slow)));
+      if (low == high) high += 0.001;
+      for (std::size_t i = 0; i < half; ++i) {
+        const double ramp =
+            std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+        const double extrapolation = 1.0 - ramp;
+        inv_freq_[i] = inv_freq_[i] / factor * (1.0 - extrapolation) + inv_freq_[i] * extrapolation;
+      }
+      scale_ = 0.1 * std::log(factor) + 1.0;
+    }
+  }
+  // x holds `heads` vectors of dim values for one position.
+  void apply(float* x, std::size_t heads, std::size_t position) const {
+    const std::size_t half = dim_ / 2;
+    for (std::size_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(position) * inv_freq_[i];
+      const auto cos = static_cast<float>(std::cos(angle) * scale_);
+      const auto sin = static_cast<float>(std::sin(angle) * scale_);
+      for (std::size_t h = 0; h < heads; ++h) {
+        float* v = x + h * dim_;
+        const float a = v[i], b = v[i + half];
+        v[i] = a * cos - b * sin;
+        v[i + half] = b * cos + a * sin;
+      }
+    }
+  }
+
+ private:
+  std::size_t dim_ = 0;
+  std::vector<double> inv_freq_;
+  double scale_ = 1.0;
+};
+
+struct DraftLayer {
+  std::vector<float> input_norm, post_norm, q_norm, k_norm;
+  Linear q, k, v;
+  RowParallelLinear o;  // over attention TP
+  ParallelMlp mlp;      // over attention TP
+};
+
+struct DraftSlot {
+  // Per layer: the context's keys (k_norm, RoPE) and values, [position][local kv heads][dim].
+  std::vector<std::vector<float>> keys, values;
+  std::size_t context = 0;
+};
+
+}  // namespace
+
+struct Drafter::Impl {
+  ModelConfig c;
+  DSparkConfig d;
+  DrafterOptions opt;
+  const Engine& target;
+  const dist::Groups& groups;
+  std::size_t hidden = 0, head_dim = 0, q_heads = 0, kv_heads = 0;  // heads: this rank's
+  std::vector<DraftLayer> layers;
+  Linear fc, markov_w1, markov_w2;  // markov_w2: this rank's LM-head vocabulary shard
+  std::vector<float> hidden_norm, norm;
+  Rope rope;
+  std::vector<DraftSlot> slots;
+
+  Impl(const ModelConfig& config, const WeightStore& ws, const Engine& t, const dist::Groups& g,
+       const DrafterOptions& o)
+      : c(config), d(config.dspark.value()), opt(o), target(t), groups(g) {
+    if (opt.block_size < 1) throw UsageError("the DSpark block size must be at least 1");
+    const dist::Layout& layout = g.layout();
+    const auto a = static_cast<std::size_t>(layout.attn_tp());
+    hidden = static_cast<std::size_t>(c.hidden_size);
+    head_dim = static_cast<std::size_t>(d.head_dim);
+    q_heads = static_cast<std::size_t>(c.num_attention_heads) / a;
+    kv_heads = static_cast<std::size_t>(d.num_key_value_heads) / a;
+    const bool exact = opt.exact;
+    auto lin = [&](const Weight* w) { return Linear(w->view(), exact); };
+    const DSparkWeights<const Weight*> w = dspark_weight_tree(ws, c, layout);
+    fc = lin(w.fc);
+    hidden_norm = w.hidden_norm->floats();
+    norm = w.norm->floats();
+    markov_w1 = Linear(w.markov_w1->view(), false);  // looked up row by row, never multiplied
+    markov_w2 = lin(w.markov_w2);
+    if (static_cast<std::size_t>(w.markov_w2->box.begin.at(0)) != t.lm_head().first_row() ||
+        markov_w2.rows() != t.lm_head().shard().rows()) {
+      throw InternalError("drafter: the Markov head's vocabulary shard is not the LM head's");
+    }
+    for (const DSparkLayerWeights<const Weight*>& lw : w.layers) {
+      DraftLayer L;
+      L.input_norm = lw.input_layernorm->floats();
+      L.post_norm = lw.post_attention_layernorm->floats();
+      L.q_norm = lw.q_norm->floats();
+      L.k_norm = lw.k_norm->floats();
+      L.q = lin(lw.q_proj);
+      L.k = lin(lw.k_proj);
+      L.v = lin(lw.v_proj);
+      L.o = RowParallelLinear(lin(lw.o_proj), g.attn_tp());
+      L.mlp = ParallelMlp::swiglu(lin(lw.mlp.gate_proj), lin(lw.mlp.up_proj),
+                                  lin(lw.mlp.down_proj), RowGroup(g, dist::GroupKind::kAttnTp));
+      if (L.q.rows() != q_heads * head_dim || L.k.rows() != kv_heads * head_dim) {
+        throw InternalError("drafter: " + lw.q_proj->name + " holds " +
+                            std::to_string(L.q.rows()) + " rows for " + std::to_string(q_heads) +
+                            " local heads");
+      }
+      layers.push_back(std::move(L));
+    }
+    rope = Rope(d, head_dim);
+    slots.resize(static_cast<std::size_t>(opt.slots));
+    for (int s = 0; s < opt.slots; ++s) reset(s);
+  }
+
+  DraftSlot& slot(int s) {
+    if (s < 0 || static_cast<std::size_t>(s) >= slots.size())
+      throw InternalError("drafter: no slot " + std::to_string(s));
+    return slots[static_cast<std::size_t>(s)];
+  }
+
+  void reset(int s) {
+    DraftSlot& ds = slot(s);
+    ds.keys.assign(layers.size(), {});
+    ds.values.assign(layers.size(), {});
+    ds.context = 0;
+  }
+
+  // Keys (k_norm, then RoPE at positions first, first + 1, ...) and values of n rows `x`.
+  void project_kv(const DraftLayer& L, std::span<const float> x, std::size_t n, std::size_t first,
+                  Rows& k, Rows& v) const {
+    const std::size_t width = kv_heads * head_dim;
+    k.resize(n * width);
+    v.resize(n * width);
+    L.k.apply(x, n, k);
+    L.v.apply(x, n, v);
+    for (std::size_t r = 0; r < n; ++r) {
+      rms_norm(&k[r * width], kv_heads, head_dim, L.k_norm, c.rms_norm_eps, &k[r * width]);
+      rope.apply(&k[r * width], kv_heads, first + r);
+    }
+  }
+
+  // Equation 1: c_t = hidden_norm(fc [taps]); each layer's keys and values of c_t join the
+  // context.
+  void extend(int s, std::span<const float> taps, std::size_t n) {
+    DraftSlot& ds = slot(s);
+    if (taps.size() != n * fc.cols()) {
+      throw InternalError("drafter: " + std::to_string(taps.size()) + " tap values for " +
+                          std::to_string(n) + " rows of " + std::to_string(fc.cols()));
+    }
+    if (ds.context + n > opt.context_length) {
+      throw InternalError("drafter: slot " + std::to_string(s) + " would hold " +
+                          std::to_string(ds.context + n) + " tokens, more than the context length");
+    }
+    if (n == 0) return;
+    Rows feature(n * hidden), k, v;
+    fc.apply(taps, n, feature);
+    rms_norm(feature.data(), n, hidden, hidden_norm, c.rms_norm_eps, feature.data());
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      project_kv(layers[l], feature, n, ds.context, k, v);
+      ds.keys[l].insert(ds.keys[l].end(), k.begin(), k.end());
+      ds.values[l].insert(ds.values[l].end(), v.begin(), v.end());
+    }
+    ds.context += n;
+  }
+
+  // Equation 3's attention for one layer: every block row of a sequence sees the sequence's
+  // whole context and every row of its block (non-causal), per local head over its KV group.
+  void attend(const DraftLayer& L, std::size_t l, std::span<const DraftRequest> batch,
+              std::size_t G, const Rows& q, const Rows& kb, const Rows& vb, Rows& out) const {
+    const std::size_t D = head_dim, QW = q_heads * D, KW = kv_heads * D;
+    const std::size_t group = q_heads / kv_heads;
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+    (void)L;
+    out.assign(batch.size() * G * QW, 0.0f);
+    oneapi::tbb::parallel_for(std::size_t{0}, batch.size() * q_heads, [&](std::size_t job) {
+      const std::size_t i = job / q_heads, h = job % q_heads, kvh = h / group;
+      const DraftSlot& ds = slots[static_cast<std::size_t>(batch[i].slot)];
+      const std::size_t P = ds.context;
+      const float* ck = ds.keys[l].data();
+      const float* cv = ds.values[l].data();
+      std::vector<float> score(P + G);
+      for (std::size_t r = 0; r < G; ++r) {
+        const float* qr = &q[(i * G + r) * QW + h * D];
+        auto key = [&](std::size_t j) {
+          return j < P ? ck + j * KW + kvh * D : &kb[(i * G + j - P) * KW + kvh * D];
+        };
+        auto value = [&](std::size_t j) {
+          return j < P ? cv + j * KW + kvh * D : &vb[(i * G + j - P) * KW + kvh * D];
+        };
+        float top = -std::numeric_limits<float>::infinity();
+        for (std::size_t j = 0; j < P + G; ++j) {
+          const float* kj = key(j);
+          float acc = 0;
+          for (std::size_t e = 0; e < D; ++e) acc += qr[e] * kj[e];
+          score[j] = acc * scale;
+          top = std::max(top, score[j]);
+        }
+        double sum = 0;
+        for (std::size_t j = 0; j < P + G; ++j) sum += (score[j] = std::exp(score[j] - top));
+        const auto inv = static_cast<float>(1.0 / sum);
+        float* o = &out[(i * G + r) * QW + h * D];
+        for (std::size_t j = 0; j < P + G; ++j) {
+          const float* vj = value(j);
+          const float a = score[j] * inv;
+          for (std::size_t e = 0; e < D; ++e) o[e] += a * vj[e];
+        }
+      }
+    });
+  }
+
+  std::vector<std::vector<std::int32_t>> propose(std::span<const DraftRequest> batch) {
+    const std::size_t G = static_cast<std::size_t>(opt.block_size), H = hidden;
+    const std::size_t n = batch.size() * G, D = head_dim;
+    const std::size_t QW = q_heads * D;
+    // Equation 2: [anchor, mask, ...] embedded by the target at positions p .. p + G - 1.
+    std::vector<std::int32_t> ids(n, d.mask_token_id);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      slot(batch[i].slot);  // checks the slot
+      ids[i * G] = batch[i].anchor;
+    }
+    Rows h, xn(n * H), q(n * QW), kb, vb, attn, o(n * H), f;
+    target.embedding().lookup(ids, H, h);
+    // Equation 3: pre-norm layers, h += Attn(norm h); h += SwiGLU(norm h); then the final norm.
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      const DraftLayer& L = layers[l];
+      rms_norm(h.data(), n, H, L.input_norm, c.rms_norm_eps, xn.data());
+      L.q.apply(xn, n, q);
+      kb.resize(n * kv_heads * D);
+      vb.resize(n * kv_heads * D);
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        const std::size_t p = slots[static_cast<std::size_t>(batch[i].slot)].context;
+        Rows k, v;
+        project_kv(L, std::span<const float>(xn).subspan(i * G * H, G * H), G, p, k, v);
+        std::copy(k.begin(), k.end(), kb.begin() + static_cast<std::ptrdiff_t>(i * k.size()));
+        std::copy(v.begin(), v.end(), vb.begin() + static_cast<std::ptrdiff_t>(i * v.size()));
+        for (std::size_t r = 0; r < G; ++r) {
+          float* qr = &q[(i * G + r) * QW];
+          rms_norm(qr, q_heads, D, L.q_norm, c.rms_norm_eps, qr);
+          rope.apply(qr, q_heads, p + r);
+        }
+      }
+      attend(L, l, batch, G, q, kb, vb, attn);
+      std::fill(o.begin(), o.end(), 0.0f);
+      L.o.apply(attn, n, o);
+      for (std::size_t e = 0; e < n * H; ++e) h[e] += o[e];
+      rms_norm(h.data(), n, H, L.post_norm, c.rms_norm_eps, xn.data());
+      L.mlp.apply(xn, n, f);
+      for (std::size_t e = 0; e < n * H; ++e) h[e] += f[e];
+    }
+    rms_norm(h.data(), n, H, norm, c.rms_norm_eps, h.data());
+    return markov_chain(batch, h, G);
+  }
+
+  // Equations 4-5: U_k = W_lm h_k on this rank's vocabulary shard; row by row, the Markov head
+  // adds W2 W1[x_{k-1}] (x_{-1} = the anchor) and the group agrees on the best token x_k.
+  std::vector<std::vector<std::int32_t>> markov_chain(std::span<const DraftRequest> batch,
+                                                      const Rows& final_rows, std::size_t G) {
+    const VocabParallelLmHead& head = target.lm_head();
+    const std::size_t H = hidden, n = batch.size() * G;
+    // Per sequence: anchor, temperature bits, seed, anchor position; gathered with the rows
+    // when the LM head's group spans DP groups.
+    constexpr std::size_t kKeys = 4;
+    std::vector<std::uint64_t> keys(batch.size() * kKeys);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      keys[i * kKeys] = static_cast<std::uint64_t>(batch[i].anchor);
+      keys[i * kKeys + 1] = std::bit_cast<std::uint32_t>(batch[i].sampling.temperature);
+      keys[i * kKeys + 2] = batch[i].sampling.seed & ((std::uint64_t{1} << 52) - 1);
+      keys[i * kKeys + 3] = slots[static_cast<std::size_t>(batch[i].slot)].context;
+    }
+    const auto in = head.rows().gather(final_rows, n, H);
+    const auto all = head.rows().gather(keys, batch.size(), kKeys);
+    const std::size_t S = all.total;  // sequences over the group
+    const std::size_t mine = all.mine;
+    const std::size_t VL = head.shard().rows(), first = head.first_row();
+    const std::size_t R = markov_w1.cols();
+    Rows logits(in.total * VL);
+    head.shard().apply(in.rows, in.total, logits);
+
+    std::vector<std::int32_t> previous(S);
+    for (std::size_t s = 0; s < S; ++s)
+      previous[s] = static_cast<std::int32_t>(all.rows[s * kKeys]);
+    std::vector<std::vector<std::int32_t>> out(batch.size());
+    Rows w1(S * R), bias(S * VL);
+    std::vector<float> best(S);
+    std::vector<std::int32_t> best_id(S);
+    for (std::size_t k = 0; k < G; ++k) {
+      for (std::size_t s = 0; s < S; ++s) {
+        quant::dequantize_row(markov_w1.view(), static_cast<std::size_t>(previous[s]),
+                              std::span<float>(w1).subspan(s * R, R));
+      }
+      markov_w2.apply(w1, S, bias);
+      for (std::size_t s = 0; s < S; ++s) {
+        const float* u = &logits[(s * G + k) * VL];
+        const float* b = &bias[s * VL];
+        const double temperature =
+            std::bit_cast<float>(static_cast<std::uint32_t>(all.rows[s * kKeys + 1]));
+        const std::uint64_t seed = all.rows[s * kKeys + 2];
+        // Row k proposes the token at position p + k + 1, which the target samples after the
+        // token at p + k: the same noise, so a sampled draft agrees with a sampled target.
+        const std::uint64_t position = all.rows[s * kKeys + 3] + k;
+        float top = -std::numeric_limits<float>::infinity();
+        auto arg = static_cast<std::int32_t>(first);
+        for (std::size_t v = 0; v < VL; ++v) {
+          float value = u[v] + b[v];
+          if (!std::isfinite(value)) continue;
+          if (temperature > 0) {
+            value = static_cast<float>(value / temperature +
+                                       gumbel_noise(seed, position, first + v));
+          }
+          if (value > top) {
+            top = value;
+            arg = static_cast<std::int32_t>(first + v);
+          }
+        }
+        best[s] = top;
+        best_id[s] = arg;
+      }
+      head.reduce_best(best, best_id);
+      for (std::size_t s = 0; s < S; ++s) previous[s] = best_id[s];
+      for (std::size_t i = 0; i < batch.size(); ++i) out[i].push_back(best_id[mine + i]);
+    }
+    return out;
+  }
+};
+
+Drafter::Drafter(const ModelConfig& draft, const WeightStore& weights, const Engine& target,
+                 const dist::Groups& groups, const DrafterOptions& options)
+    : impl_(std::make_unique<Impl>(draft, weights, target, groups, options)) {}
+
+Drafter::~Drafter() = default;
+
+int Drafter::block_size() const { return impl_->opt.block_size; }
+const std::vector<int>& Drafter::tap_layers() const { return impl_->d.target_layer_ids; }
+bool Drafter::tap_attn_res() const { return impl_->d.tap_attn_res; }
+std::size_t Drafter::tap_width() const { return impl_->fc.cols(); }
+
+void Drafter::reset_slot(int slot) { impl_->reset(slot); }
+void Drafter::copy_slot(int from, int to) { impl_->slot(to) = impl_->slot(from); }
+std::size_t Drafter::context(int slot) const {
+  return impl_->slots.at(static_cast<std::size_t>(slot)).context;
+}
+
+void Drafter::extend(int slot, std::span<const float> taps, std::size_t rows) {
+  impl_->extend(slot, taps, rows);
+}
+
+std::vector<std::vector<std::int32_t>> Drafter::propose(std::span<const DraftRequest> batch) {
+  return impl_->propose(batch);
+}
+
+}  // namespace k3::model::engine

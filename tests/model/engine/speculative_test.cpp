@@ -1,0 +1,238 @@
+// Speculative decoding (issue 17) on one rank: the generator's rounds with a scripted drafter
+// (acceptance edge cases, exactly counted) and with the synthetic DSpark drafter (the tokens
+// are the plain path's, with continuous batching, the prefix cache and chunked prefill).
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+
+#include "dist/groups.h"
+#include "model/engine/dspark.h"
+#include "model/engine/generator.h"
+#include "tests/model/engine/engine_support.h"
+#include "tests/model/test_dirs.h"
+
+namespace k3::test {
+namespace {
+
+using model::FormatKind;
+using model::engine::Completion;
+using model::engine::DraftRequest;
+using model::engine::DraftSource;
+using model::engine::Engine;
+using model::engine::EngineOptions;
+using model::engine::Generator;
+using model::engine::GeneratorOptions;
+using model::engine::GeneratorStats;
+using model::engine::Request;
+
+struct OneRank {
+  dist::Layout layout = dist::Layout::make(dist::LayoutSpec{});
+  dist::Comm self{MPI_COMM_SELF};
+  dist::Groups groups{layout, self};
+};
+
+OneRank& one() {
+  static OneRank r;
+  return r;
+}
+
+const LoadedSlice& slice(FormatKind kind) {
+  static std::map<FormatKind, LoadedSlice> cache;
+  auto it = cache.find(kind);
+  if (it == cache.end())
+    it = cache.emplace(kind, load_slice(synthetic_checkpoint(kind), one().layout, 0)).first;
+  return it->second;
+}
+
+// Proposes from a known token sequence (the prompt and the plain path's completion): at a
+// slot's context p the tokens sequence[p + 1 ...], each replaced by a wrong one where `wrong`
+// (round, k) says so. Checks that every anchor is the sequence's token at p.
+class ScriptedDrafter : public DraftSource {
+ public:
+  ScriptedDrafter(std::vector<std::int32_t> sequence, std::size_t block, int vocab,
+                  std::function<bool(std::size_t, std::size_t)> wrong)
+      : sequence_(std::move(sequence)), block_(block), vocab_(vocab), wrong_(std::move(wrong)) {}
+  std::size_t tap_width() const override { return 0; }
+  void reset_slot(int slot) override { context_[slot] = 0; }
+  void copy_slot(int from, int to) override { context_[to] = context_[from]; }
+  void extend(int slot, std::span<const float>, std::size_t rows) override {
+    context_[slot] += rows;
+  }
+  std::vector<std::vector<std::int32_t>> propose(std::span<const DraftRequest> batch) override {
+    std::vector<std::vector<std::int32_t>> out;
+    for (const DraftRequest& r : batch) {
+      const std::size_t p = context_[r.slot];
+      if (p >= sequence_.size() || sequence_[p] != r.anchor) ++bad_anchors;
+      std::vector<std::int32_t> drafts;
+      for (std::size_t k = 0; k < block_; ++k) {
+        const std::size_t at = p + 1 + k;
+        std::int32_t t = at < sequence_.size() ? sequence_[at] : 0;
+        if (wrong_(rounds, k)) t = (t + 1) % vocab_;
+        drafts.push_back(t);
+      }
+      out.push_back(std::move(drafts));
+      ++rounds;
+    }
+    return out;
+  }
+  std::size_t rounds = 0, bad_anchors = 0;
+
+ private:
+  std::vector<std::int32_t> sequence_;
+  std::size_t block_;
+  int vocab_;
+  std::function<bool(std::size_t, std::size_t)> wrong_;
+  std::map<int, std::size_t> context_;
+};
+
+struct Outcome {
+  Completion completion;
+  GeneratorStats stats;
+};
+
+// One request through a generator; `stop_after`: a stop string matches once that many tokens
+// were generated (the on_token callback says stop).
+Outcome generate_one(Engine& engine, const std::vector<std::int32_t>& prompt, std::size_t max_new,
+                 DraftSource* drafter, std::size_t stop_after = 0) {
+  GeneratorOptions g;
+  g.max_running_requests = 1;
+  g.drafter = drafter;
+  Generator gen(engine, one().groups, g);
+  Request r;
+  r.prompt = prompt;
+  r.max_new_tokens = max_new;
+  std::vector<Request> requests{r};
+  Outcome run;
+  run.stats = gen.run(
+      requests,
+      [&](const Request&, std::span<const std::int32_t> generated) {
+        return stop_after == 0 || generated.size() < stop_after;
+      },
+      [&](const Request&, const Completion& c) { run.completion = c; });
+  return run;
+}
+
+class SpeculativeRounds : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto& s = slice(FormatKind::kHf);
+    EngineOptions o;
+    o.slots = 2;
+    engine_ = std::make_unique<Engine>(s.checkpoint->config(), s.loaded.weights, one().groups, o);
+    vocab_ = s.checkpoint->config().vocab_size;
+    prompt_ = random_prompts(1, 40, 40, 4096, 61)[0];
+    plain_ = generate_one(*engine_, prompt_, kNew, nullptr).completion.tokens;
+    ASSERT_EQ(plain_.size(), kNew);
+    sequence_ = prompt_;
+    sequence_.insert(sequence_.end(), plain_.begin(), plain_.end());
+  }
+  ScriptedDrafter drafter(std::function<bool(std::size_t, std::size_t)> wrong) {
+    return ScriptedDrafter(sequence_, 7, vocab_, std::move(wrong));
+  }
+  static constexpr std::size_t kNew = 24;
+  std::unique_ptr<Engine> engine_;
+  int vocab_ = 0;
+  std::vector<std::int32_t> prompt_, plain_, sequence_;
+};
+
+TEST_F(SpeculativeRounds, AllSevenAcceptedEveryRound) {
+  auto d = drafter([](std::size_t, std::size_t) { return false; });
+  const Outcome run = generate_one(*engine_, prompt_, kNew, &d);
+  EXPECT_EQ(run.completion.tokens, plain_);
+  EXPECT_EQ(d.bad_anchors, 0u);
+  // The prefill samples token 1; rounds then commit 8, 8 and 7 tokens: the last round feeds
+  // only the 6 drafts the request can still use.
+  EXPECT_EQ(run.stats.verify_rounds, 3u);
+  EXPECT_EQ(run.stats.drafted_tokens, 7u + 7u + 6u);
+  EXPECT_EQ(run.stats.accepted_drafts, run.stats.drafted_tokens);
+}
+
+TEST_F(SpeculativeRounds, NoneAcceptedStillGivesTheBonusToken) {
+  auto d = drafter([](std::size_t, std::size_t) { return true; });
+  const Outcome run = generate_one(*engine_, prompt_, kNew, &d);
+  EXPECT_EQ(run.completion.tokens, plain_);
+  EXPECT_EQ(d.bad_anchors, 0u);
+  EXPECT_EQ(run.stats.verify_rounds, kNew - 1);  // one token (the bonus) per round
+  EXPECT_EQ(run.stats.accepted_drafts, 0u);
+}
+
+TEST_F(SpeculativeRounds, AcceptsTheLongestAgreeingPrefix) {
+  // Round 0's fourth draft is wrong: three accepted, then the target's own token.
+  auto d = drafter([](std::size_t round, std::size_t k) { return round == 0 && k == 3; });
+  const Outcome run = generate_one(*engine_, prompt_, kNew, &d);
+  EXPECT_EQ(run.completion.tokens, plain_);
+  EXPECT_EQ(d.bad_anchors, 0u);
+  // 1 + (3 + 1) + 8 + 8 = 21 tokens after three rounds; the fourth feeds the 2 drafts left.
+  EXPECT_EQ(run.stats.verify_rounds, 4u);
+  EXPECT_EQ(run.stats.drafted_tokens, 7u + 7u + 7u + 2u);
+  EXPECT_EQ(run.stats.accepted_drafts, 3u + 7u + 7u + 2u);
+}
+
+TEST_F(SpeculativeRounds, StopStringInsideAnAcceptedRun) {
+  auto d = drafter([](std::size_t, std::size_t) { return false; });
+  const Outcome run = generate_one(*engine_, prompt_, kNew, &d, 5);
+  ASSERT_EQ(run.completion.tokens.size(), 5u);
+  EXPECT_EQ(run.completion.tokens, std::vector<std::int32_t>(plain_.begin(), plain_.begin() + 5));
+  EXPECT_EQ(run.completion.finish, Completion::Finish::kStopped);
+  EXPECT_EQ(run.stats.verify_rounds, 1u);  // the round accepted 7, the stop came at its 4th
+}
+
+TEST_F(SpeculativeRounds, MaxNewTokensReachedMidBlock) {
+  auto d = drafter([](std::size_t, std::size_t) { return false; });
+  const Outcome run = generate_one(*engine_, prompt_, 4, &d);
+  EXPECT_EQ(run.completion.tokens, std::vector<std::int32_t>(plain_.begin(), plain_.begin() + 4));
+  EXPECT_EQ(run.completion.finish, Completion::Finish::kLength);
+  EXPECT_EQ(run.stats.verify_rounds, 1u);
+  EXPECT_EQ(run.stats.drafted_tokens, 2u);  // 3 tokens were left: 2 drafts + the bonus
+}
+
+// The synthetic DSpark drafter over the synthetic target: the tokens of the plain path, in both
+// activation modes, with several sequences batched, chunked prefill and the prefix cache, and
+// the drafts are often right (the synthetic pair's design, docs/FORMATS.md).
+class DSparkDrafting : public ::testing::TestWithParam<bool> {};
+
+TEST_P(DSparkDrafting, KeepsThePlainPathsTokens) {
+  const bool exact = GetParam();
+  const auto& target = slice(FormatKind::kHf);
+  const auto& draft = slice(FormatKind::kDraft);
+  const model::ModelConfig& dc = draft.checkpoint->config();
+  ASSERT_TRUE(dc.dspark.has_value());
+  const auto shared = random_prompts(1, 48, 48, 4096, 71)[0];
+  auto prompts = random_prompts(6, 3, 30, 4096, 72);
+  for (auto& p : prompts) p.insert(p.begin(), shared.begin(), shared.end());
+  GeneratorOptions g;
+  g.max_running_requests = 3;
+  g.chunked_prefill_size = 32;
+  EngineOptions o;
+  o.slots = g.max_running_requests + 1;
+  o.exact = exact;
+  Engine plain_engine(target.checkpoint->config(), target.loaded.weights, one().groups, o);
+  const auto plain = generate(plain_engine, one().groups, g, prompts, 20, shared);
+
+  o.tap_layers = dc.dspark->target_layer_ids;
+  o.tap_attn_res = dc.dspark->tap_attn_res;
+  Engine engine(target.checkpoint->config(), target.loaded.weights, one().groups, o);
+  model::engine::DrafterOptions d;
+  d.block_size = dc.dspark->block_size;
+  d.exact = exact;
+  d.slots = o.slots;
+  d.context_length = o.context_length;
+  model::engine::Drafter drafter(dc, draft.loaded.weights, engine, one().groups, d);
+  g.drafter = &drafter;
+  GeneratorStats stats;
+  const auto speculative = generate(engine, one().groups, g, prompts, 20, shared, &stats);
+  EXPECT_EQ(speculative, plain);
+  ASSERT_GT(stats.verify_rounds, 0u);
+  const double accept_length =
+      static_cast<double>(stats.accepted_drafts + stats.verify_rounds) / stats.verify_rounds;
+  std::printf("accept length %.2f over %zu rounds\n", accept_length, stats.verify_rounds);
+  EXPECT_GT(accept_length, 1.5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, DSparkDrafting, ::testing::Values(false, true),
+                         [](const auto& p) { return p.param ? "fp32" : "int8"; });
+
+}  // namespace
+}  // namespace k3::test
