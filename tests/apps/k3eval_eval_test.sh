@@ -244,6 +244,72 @@ PY
     expect_out '^Golden tokens: 20 of 20 completions identical$'
     expect_out 'PASS'
     ;;
+  speculative_8)
+    # Speculative decoding with the synthetic DSpark draft (issue 17). Default mode: the
+    # quickstart's golden tokens on its 8-rank layout, with the accept length in the log, the
+    # summary and summary.json. fp32 activations: every question's tokens identical with and
+    # without speculation at 1 rank and on 8. Throughput mode reports it too, and impossible
+    # combinations are refused naming their options.
+    draft=$(dirname "$ck")/tiny-draft
+    spec=(--speculative-algorithm dspark --speculative-draft-model-path "$draft")
+    run 8 --config "$repo/jobs/configs/quickstart.ini" --model-path "$ck" --data-path "$data" \
+      --progress log --baseline "$repo/jobs/baselines/quickstart-tiny.json" \
+      --artifacts-dir "$work/q" "${spec[@]}"
+    expect_rc 0
+    expect_out '^Golden tokens: 20 of 20 completions identical$'
+    expect_out '^Accept length: [0-9.]+$'
+    expect_out '^Speculative decoding: dspark, block size 7: [0-9]+ verify rounds'
+    grep -qF 'speculative decoding: dspark, block size 7 (verify width 8)' <<<"$out$err" ||
+      fail "no speculative decoding log line"
+    grep -qE 'accept len [0-9.]+, accept rate [0-9.]+' <<<"$out$err" || fail "no accept len in the log"
+    python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))["speculative"]
+assert s["algorithm"] == "dspark" and s["block_size"] == 7, s
+assert s["accept_length"] >= 1 and s["verify_rounds"] > 0, s' "$work/q/summary.json" ||
+      fail "summary.json: $(cat "$work/q/summary.json")"
+    args=("${common[@]}" --num-questions 6 --max-new-tokens 24 --fp32-activations)
+    for np in 1 8; do
+      layout=()
+      [[ $np -eq 8 ]] && layout=("${layout8[@]}")
+      run "$np" "${args[@]}" "${layout[@]}" --artifacts-dir "$work/plain$np"
+      expect_rc 0
+      run "$np" "${args[@]}" "${layout[@]}" "${spec[@]}" --artifacts-dir "$work/spec$np"
+      expect_rc 0
+      facts "$work/plain$np/questions.jsonl" >"$work/fp$np"
+      facts "$work/spec$np/questions.jsonl" >"$work/fs$np"
+      [[ $(wc -l <"$work/fp$np") -eq 6 ]] || fail "$np rank(s), plain: $(cat "$work/fp$np")"
+      cmp -s "$work/fp$np" "$work/fs$np" ||
+        fail "$np rank(s): speculative tokens differ: $(diff "$work/fp$np" "$work/fs$np")"
+    done
+    run 2 --model-path "$ck" --mode throughput --dataset-name random --random-input-len 32 \
+      --random-output-len 32 --num-prompts 4 --progress log --tp 2 --dp 2 --ep 2 \
+      --enable-dp-attention --enable-dp-lm-head "${spec[@]}" --artifacts-dir "$work/t"
+    expect_rc 0
+    expect_out 'Accept length: +[0-9.]+'
+    # Refusals, each naming its options.
+    run 1 "${common[@]}" --speculative-algorithm eagle --speculative-draft-model-path "$draft"
+    expect_rc 2
+    expect_err "--speculative-algorithm 'eagle' is not supported (dspark is)"
+    run 1 "${common[@]}" --speculative-algorithm dspark
+    expect_rc 2
+    expect_err "--speculative-algorithm dspark needs --speculative-draft-model-path"
+    run 1 "${common[@]}" --speculative-dspark-block-size 3
+    expect_rc 2
+    expect_err "--speculative-dspark-block-size needs --speculative-algorithm dspark"
+    run 1 "${common[@]}" "${spec[@]}" --speculative-dspark-block-size 65
+    expect_rc 2
+    expect_err "--speculative-dspark-block-size 65 must be in 1..64"
+    run 1 "${common[@]}" --speculative-draft-model-path "$draft" --draft-model-path "$ck"
+    expect_rc 2
+    expect_err "and its alias --draft-model-path"
+    run 2 "${common[@]}" "${spec[@]}" --tp 2 --dp 2 --enable-dp-attention
+    expect_rc 2
+    expect_err "--speculative-algorithm dspark with --enable-dp-attention and --dp 2 needs --enable-dp-lm-head"
+    run 1 logits --model-path "$ck" --prompt hi --out "$work/l.bin" "${spec[@]}"
+    expect_rc 2
+    expect_err "--speculative-algorithm applies to generation, not \`k3eval logits\`"
+    ;;
   log_errors_2)
     # An error logged by any rank fails the run after the fact: status error, exit 2.
     run 2 "${common[@]}" --num-questions 2 --max-new-tokens 4 --artifacts-dir "$work/a" --debug-log-error 1

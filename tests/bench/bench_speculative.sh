@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Decode tokens/s with and without DSpark speculative decoding (issue 17), A/B alternated in one
+# run: k3eval --mode throughput on random prompts (stop tokens ignored), batch 1 and 16, on one
+# rank and on two (DP attention, DP LM head), each case REPS times per side.
+#
+#   tests/bench/bench_speculative.sh [tiny|wide]
+#
+# tiny: the quickstart's synthetic pair (build/checkpoints). wide: a memory-bound target (hidden
+# 1024, 24 layers, ~0.8 GiB BF16; batch-1 decode streams its weights, as a real deployment's
+# does) with its derived draft, written to build/bench/ on first use. Environment: REPS (2),
+# BATCHES ("1 16"), RANKS ("1 2"), INPUT_LEN (64), OUTPUT_LEN (128), BUILD (build).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=${BUILD:-$root/build}
+pair=${1:-wide}
+reps=${REPS:-2}
+batches=${BATCHES:-1 16}
+ranks=${RANKS:-1 2}
+input_len=${INPUT_LEN:-64}
+output_len=${OUTPUT_LEN:-128}
+corpus=$root/../shared/data/gsm8k/train.jsonl
+
+case $pair in
+  tiny)
+    target=$build/checkpoints/tiny-hf
+    draft=$build/checkpoints/tiny-draft
+    sets=()
+    ;;
+  wide)
+    target=$build/bench/wide-hf
+    draft=$build/bench/wide-draft
+    sets=(--set hidden_size=1024 --set num_hidden_layers=24)
+    ;;
+  *)
+    echo "usage: $0 [tiny|wide]" >&2
+    exit 2
+    ;;
+esac
+[[ -f $target/config.json ]] ||
+  "$build/bin/k3ckpt" synth --preset tiny --format hf --corpus "$corpus" "${sets[@]}" \
+    --out "$target" >/dev/null
+[[ -f $draft/config.json ]] ||
+  "$build/bin/k3ckpt" synth --preset tiny --format draft --corpus "$corpus" "${sets[@]}" \
+    --out "$draft" >/dev/null
+
+if [[ $(id -u) -eq 0 ]]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+export OMPI_MCA_mpi_yield_when_idle=1
+
+# One measurement: prints "tok/s accept_length" (accept length "-" without speculation).
+run() {
+  local np=$1 batch=$2 speculative=$3 layout=() spec=() out
+  if [[ $np -gt 1 ]]; then
+    layout=(--tp "$np" --dp "$np" --ep "$np" --enable-dp-attention --enable-dp-lm-head)
+  fi
+  if [[ $speculative == yes ]]; then
+    spec=(--speculative-algorithm dspark --speculative-draft-model-path "$draft")
+  fi
+  out=$(mpirun --oversubscribe -np "$np" "$build/bin/k3eval" --model-path "$target" \
+    --mode throughput --dataset-name random --random-input-len "$input_len" \
+    --random-output-len "$output_len" --num-prompts $((batch * np)) \
+    --max-running-requests "$batch" --progress log "${layout[@]}" "${spec[@]}" 2>&1)
+  local tps accept
+  tps=$(awk -F: '/^Output token throughput/ {gsub(/ /, "", $2); print $2}' <<<"$out")
+  accept=$(awk -F: '/^Accept length/ {gsub(/ /, "", $2); print $2}' <<<"$out")
+  [[ -n $tps ]] || { echo "k3eval failed:" >&2; echo "$out" >&2; exit 1; }
+  echo "$tps ${accept:--}"
+}
+
+echo "# $(date -u +%FT%TZ) $pair pair, input $input_len, output $output_len tokens per prompt," \
+  "$reps reps per side, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "ranks | batch per DP group | plain tok/s | dspark tok/s | speed-up | accept length"
+for np in $ranks; do
+  for batch in $batches; do
+    plain=() spec=() accept=-
+    for ((r = 0; r < reps; ++r)); do  # alternated, so drift hits both sides alike
+      read -r tps _ < <(run "$np" "$batch" no)
+      plain+=("$tps")
+      read -r tps accept < <(run "$np" "$batch" yes)
+      spec+=("$tps")
+    done
+    best_plain=$(printf '%s\n' "${plain[@]}" | sort -g | tail -1)
+    best_spec=$(printf '%s\n' "${spec[@]}" | sort -g | tail -1)
+    ratio=$(awk -v a="$best_spec" -v b="$best_plain" 'BEGIN { printf "%.2f", a / b }')
+    echo "$np | $batch | ${plain[*]} | ${spec[*]} | ${ratio}x (best/best) | $accept"
+  done
+done
