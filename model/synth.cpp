@@ -452,8 +452,8 @@ namespace {
 // The synthetic DSpark drafter (docs/FORMATS.md, "The DSpark draft") is derived from its
 // target's synthetic weights, so that it drafts what the target would say: its Markov head holds
 // the target's logits for a stream equal to the previous token's embedding (the synthetic target
-// is close to such a bigram model), its body adds a quarter-scale correction through the target's
-// LM head, and fc averages the tapped streams.
+// is close to such a bigram model), its (untrained, seeded) body adds a small correction through
+// the target's LM head, and fc averages the tapped streams.
 enum class DraftValues {
   kSeeded,           // synth_values under the drafter's own name (SynthRole)
   kOnes,             // norms: identity
@@ -467,8 +467,10 @@ struct DraftRole {
   SynthRole role;
 };
 
-// The body's logits enter at a quarter of the Markov head's scale.
-constexpr float kDraftBodyScale = 0.25f;
+// The body's logits enter at 1/16 of the Markov head's scale: its layers are seeded, not trained,
+// so at a larger share they pull the drafts away from the target (accept length on the
+// quickstart, docs/FORMATS.md: 1.99 at 0, 2.25 at 1/32 and 1/16, 1.96 at 1/4, 1.58 at 1).
+constexpr float kDraftBodyScale = 0.0625f;
 
 DSparkWeights<DraftRole> draft_roles(const DSparkWeights<ParamSpec>& definition) {
   DSparkWeights<DraftRole> r = map_weights(definition, [](const ParamSpec& s) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <unordered_map>
 
 #include <oneapi/tbb/parallel_for.h>
 
@@ -104,6 +105,12 @@ struct Drafter::Impl {
   std::vector<float> hidden_norm, norm;
   Rope rope;
   std::vector<DraftSlot> slots;
+  // The Markov bias W2 W1[x] on this rank's vocabulary shard is a function of the token x alone:
+  // kept per token (a sequence that repeats itself asks for the same few), up to a byte budget,
+  // then forgotten all at once. The products are batch-invariant, so a kept row has the bits a
+  // recomputed one would.
+  std::unordered_map<std::int32_t, std::vector<float>> markov_bias;
+  static constexpr std::size_t kMarkovCacheBytes = std::size_t{64} << 20;
 
   Impl(const ModelConfig& config, const WeightStore& ws, const Engine& t, const dist::Groups& g,
        const DrafterOptions& o)
@@ -319,18 +326,33 @@ struct Drafter::Impl {
     for (std::size_t s = 0; s < S; ++s)
       previous[s] = static_cast<std::int32_t>(all.rows[s * kKeys]);
     std::vector<std::vector<std::int32_t>> out(batch.size());
-    Rows w1(S * R), bias(S * VL);
     std::vector<float> best(S);
     std::vector<std::int32_t> best_id(S);
+    const std::size_t cache_entries = std::max<std::size_t>(kMarkovCacheBytes / (VL * sizeof(float)), S);
     for (std::size_t k = 0; k < G; ++k) {
+      // The bias rows of this step's previous tokens that are not kept yet, in one product.
+      std::vector<std::int32_t> missing;
       for (std::size_t s = 0; s < S; ++s) {
-        quant::dequantize_row(markov_w1.view(), static_cast<std::size_t>(previous[s]),
-                              std::span<float>(w1).subspan(s * R, R));
+        if (!markov_bias.count(previous[s]) &&
+            std::find(missing.begin(), missing.end(), previous[s]) == missing.end())
+          missing.push_back(previous[s]);
       }
-      markov_w2.apply(w1, S, bias);
+      if (!missing.empty()) {
+        if (markov_bias.size() + missing.size() > cache_entries) markov_bias.clear();
+        Rows w1(missing.size() * R), bias(missing.size() * VL);
+        for (std::size_t m = 0; m < missing.size(); ++m) {
+          quant::dequantize_row(markov_w1.view(), static_cast<std::size_t>(missing[m]),
+                                std::span<float>(w1).subspan(m * R, R));
+        }
+        markov_w2.apply(w1, missing.size(), bias);
+        for (std::size_t m = 0; m < missing.size(); ++m) {
+          markov_bias[missing[m]].assign(bias.begin() + static_cast<std::ptrdiff_t>(m * VL),
+                                         bias.begin() + static_cast<std::ptrdiff_t>((m + 1) * VL));
+        }
+      }
       for (std::size_t s = 0; s < S; ++s) {
         const float* u = &logits[(s * G + k) * VL];
-        const float* b = &bias[s * VL];
+        const float* b = markov_bias.at(previous[s]).data();
         const double temperature =
             std::bit_cast<float>(static_cast<std::uint32_t>(all.rows[s * kKeys + 1]));
         const std::uint64_t seed = all.rows[s * kKeys + 2];

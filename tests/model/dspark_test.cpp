@@ -429,7 +429,7 @@ TEST(DSparkCheckpoint, SynthesizedDraftIsDetectedBoundLoadedAndAuditedClean) {
 }
 
 // docs/FORMATS.md, "The DSpark draft": the Markov head holds the target's logits for a stream
-// equal to the previous token's embedding, the final norm is a quarter of the target's, fc
+// equal to the previous token's embedding, the final norm is 1/16 of the target's, fc
 // averages the taps. Checked against the tiny hf target of the same seed (both stored BF16).
 TEST(DSparkCheckpoint, SyntheticDraftIsDerivedFromItsTargetsWeights) {
   const dist::Layout one = tp_layout(1);
@@ -446,7 +446,7 @@ TEST(DSparkCheckpoint, SyntheticDraftIsDerivedFromItsTargetsWeights) {
   const std::vector<float> g = target.weights.get("model.norm.weight").floats();
   const double eps = preset_config("tiny").rms_norm_eps;
 
-  for (std::int64_t d = 0; d < H; ++d) EXPECT_NEAR(norm[d], 0.25f * g[d], 2e-3f * g[d]) << d;
+  for (std::int64_t d = 0; d < H; ++d) EXPECT_NEAR(norm[d], 0.0625f * g[d], 5e-4f * g[d]) << d;
   for (std::int64_t i = 0; i < H; i += 37) {
     for (std::int64_t j = 0; j < 5 * H; ++j) {
       ASSERT_EQ(fc[i * 5 * H + j], j % H == i ? quant::bf16_to_f32(quant::f32_to_bf16(0.2f)) : 0.0f)
