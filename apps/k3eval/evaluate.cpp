@@ -57,10 +57,7 @@ std::uint64_t available_per_rank(const dist::Groups& groups) {
 model::engine::EngineOptions engine_options(const K3evalOptions& o,
                                             const model::ModelConfig* draft = nullptr) {
   model::engine::EngineOptions e;
-  if (draft) {  // the target's streams the drafter reads
-    e.tap_layers = draft->dspark->target_layer_ids;
-    e.tap_attn_res = draft->dspark->tap_attn_res;
-  }
+  if (draft) model::engine::tap_for_drafter(*draft->dspark, e);
   e.exact = o.fp32_activations;
   e.trace_layers = !o.layers_out.empty();  // only k3eval logits takes --layers-out
   const int running = std::min(o.max_running_requests, o.parallel);
@@ -121,12 +118,8 @@ Serving make_engine(dist::Runtime& runtime, const dist::Groups& groups, const Lo
     spdlog::debug("engine: {:.3f} GiB weights, up to {:.3f} GiB of sequence state",
                   gib(budget.weight_bytes), gib(budget.state_bytes));
     if (!draft) return;
-    model::engine::DrafterOptions d;
-    d.block_size = o.speculative_block_size > 0 ? o.speculative_block_size
-                                                : draft->dspark->block_size;
-    d.exact = options.exact;
-    d.slots = options.slots;
-    d.context_length = options.context_length;
+    const model::engine::DrafterOptions d =
+        model::engine::drafter_options(*draft->dspark, options, o.speculative_block_size);
     serving.drafter = std::make_unique<model::engine::Drafter>(
         *draft, model.draft.result->weights, *engine, groups, d);
     serving.block_size = d.block_size;

@@ -351,30 +351,16 @@ struct Drafter::Impl {
         }
       }
       for (std::size_t s = 0; s < S; ++s) {
-        const float* u = &logits[(s * G + k) * VL];
-        const float* b = markov_bias.at(previous[s]).data();
         const double temperature =
             std::bit_cast<float>(static_cast<std::uint32_t>(all.rows[s * kKeys + 1]));
-        const std::uint64_t seed = all.rows[s * kKeys + 2];
         // Row k proposes the token at position p + k + 1, which the target samples after the
         // token at p + k: the same noise, so a sampled draft agrees with a sampled target.
-        const std::uint64_t position = all.rows[s * kKeys + 3] + k;
-        float top = -std::numeric_limits<float>::infinity();
-        auto arg = static_cast<std::int32_t>(first);
-        for (std::size_t v = 0; v < VL; ++v) {
-          float value = u[v] + b[v];
-          if (!std::isfinite(value)) continue;
-          if (temperature > 0) {
-            value = static_cast<float>(value / temperature +
-                                       gumbel_noise(seed, position, first + v));
-          }
-          if (value > top) {
-            top = value;
-            arg = static_cast<std::int32_t>(first + v);
-          }
-        }
-        best[s] = top;
-        best_id[s] = arg;
+        const ShardChoice choice = best_of_shard(
+            std::span<const float>(logits).subspan((s * G + k) * VL, VL),
+            markov_bias.at(previous[s]).data(), first, temperature, all.rows[s * kKeys + 2],
+            all.rows[s * kKeys + 3] + k);
+        best[s] = choice.value;
+        best_id[s] = choice.token;
       }
       head.reduce_best(best, best_id);
       for (std::size_t s = 0; s < S; ++s) previous[s] = best_id[s];
@@ -383,6 +369,21 @@ struct Drafter::Impl {
     return out;
   }
 };
+
+DrafterOptions drafter_options(const DSparkConfig& draft, const EngineOptions& target,
+                               int block_size) {
+  DrafterOptions o;
+  o.block_size = block_size > 0 ? block_size : draft.block_size;
+  o.exact = target.exact;
+  o.slots = target.slots;
+  o.context_length = target.context_length;
+  return o;
+}
+
+void tap_for_drafter(const DSparkConfig& draft, EngineOptions& target) {
+  target.tap_layers = draft.target_layer_ids;
+  target.tap_attn_res = draft.tap_attn_res;
+}
 
 Drafter::Drafter(const ModelConfig& draft, const WeightStore& weights, const Engine& target,
                  const dist::Groups& groups, const DrafterOptions& options)

@@ -38,6 +38,14 @@ struct DrafterOptions {
   std::size_t context_length = 4096;
 };
 
+// The options of a drafter beside a target engine with `target` options: the same activation
+// mode, slots and context length, and the draft checkpoint's block size unless `block_size` > 0
+// (--speculative-dspark-block-size).
+DrafterOptions drafter_options(const DSparkConfig& draft, const EngineOptions& target,
+                               int block_size = 0);
+// The taps of the target's streams the drafter reads, set on the target engine's options.
+void tap_for_drafter(const DSparkConfig& draft, EngineOptions& target);
+
 class Drafter : public DraftSource {
  public:
   // `draft` is the DSpark checkpoint's config (config.dspark set), `weights` this rank's slice

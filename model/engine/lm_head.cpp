@@ -46,27 +46,11 @@ void Engine::Impl::lm_head_outputs(const Rows& final_rows, std::span<const StepS
         std::bit_cast<float>(static_cast<std::uint32_t>(all_keys[r * kKeys]));
     const std::uint64_t seed = all_keys[r * kKeys + 1];
     const std::uint64_t pos = all_keys[r * kKeys + 2];
-    const float* row = &logits[r * VL];
-    float top = -std::numeric_limits<float>::infinity();
-    std::int32_t arg = static_cast<std::int32_t>(lm_begin);
-    for (std::size_t i = 0; i < VL; ++i) {
-      float value = row[i];
-      if (!std::isfinite(value)) {
-        if (r >= in.mine && r < in.mine + n) ++result.nonfinite_logits;
-        continue;
-      }
-      if (temperature > 0) {
-        value =
-            static_cast<float>(value / temperature +
-                               gumbel_noise(seed, pos, static_cast<std::uint64_t>(lm_begin + i)));
-      }
-      if (value > top) {
-        top = value;
-        arg = static_cast<std::int32_t>(lm_begin + i);
-      }
-    }
-    best[r] = top;
-    best_id[r] = arg;
+    const ShardChoice choice = best_of_shard(std::span<const float>(logits).subspan(r * VL, VL),
+                                             nullptr, lm_begin, temperature, seed, pos);
+    if (r >= in.mine && r < in.mine + n) result.nonfinite_logits += choice.nonfinite;
+    best[r] = choice.value;
+    best_id[r] = choice.token;
   }
   lm_head.reduce_best(best, best_id);
 

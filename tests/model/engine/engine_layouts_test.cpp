@@ -72,6 +72,19 @@ std::vector<std::vector<std::int32_t>> gather_tokens(
   return out;
 }
 
+// This rank's DP group's prompts, round-robin over the groups: their indices and tokens.
+std::pair<std::vector<std::size_t>, std::vector<std::vector<std::int32_t>>> dp_share(
+    const dist::Layout& layout, int rank, const std::vector<std::vector<std::int32_t>>& prompts) {
+  const auto group = static_cast<std::size_t>(layout.coords(rank).dp_rank);
+  const auto groups = static_cast<std::size_t>(layout.group_count(dist::GroupKind::kAttnTp));
+  std::pair<std::vector<std::size_t>, std::vector<std::vector<std::int32_t>>> share;
+  for (std::size_t p = group; p < prompts.size(); p += groups) {
+    share.first.push_back(p);
+    share.second.push_back(prompts[p]);
+  }
+  return share;
+}
+
 void check_layout_invariance(FormatKind kind, std::size_t prompt_count) {
   dist::Runtime& rt = runtime();
   const dist::Layout layout = dist::Layout::make(layout_from_env(rt.world_size()));
@@ -89,16 +102,7 @@ void check_layout_invariance(FormatKind kind, std::size_t prompt_count) {
   g.max_running_requests = 4;
   g.chunked_prefill_size = 32;
 
-  // This DP group's prompts, round-robin.
-  const int dp_rank = layout.coords(rt.rank()).dp_rank;
-  const int groups_count = layout.group_count(dist::GroupKind::kAttnTp);
-  std::vector<std::size_t> mine;
-  std::vector<std::vector<std::int32_t>> my_prompts;
-  for (std::size_t p = static_cast<std::size_t>(dp_rank); p < prompts.size();
-       p += static_cast<std::size_t>(groups_count)) {
-    mine.push_back(p);
-    my_prompts.push_back(prompts[p]);
-  }
+  const auto [mine, my_prompts] = dp_share(layout, rt.rank(), prompts);
   const auto slice = load_slice(dir, layout, rt.rank());
   Engine engine(slice.checkpoint->config(), slice.loaded.weights, groups, o);
   const auto got = gather_tokens(groups, mine, generate(engine, groups, g, my_prompts, kNewTokens),
@@ -141,25 +145,14 @@ TEST(EngineLayouts, SpeculativeSameTokensAsOneRankPlain) {
   g.max_running_requests = 4;
   g.chunked_prefill_size = 32;
   const int dp_rank = layout.coords(rt.rank()).dp_rank;
-  std::vector<std::size_t> mine;
-  std::vector<std::vector<std::int32_t>> my_prompts;
-  for (std::size_t p = static_cast<std::size_t>(dp_rank); p < prompts.size();
-       p += static_cast<std::size_t>(groups_count)) {
-    mine.push_back(p);
-    my_prompts.push_back(prompts[p]);
-  }
+  const auto [mine, my_prompts] = dp_share(layout, rt.rank(), prompts);
   const auto target = load_slice(dir, layout, rt.rank());
   const auto draft = load_slice(draft_dir, layout, rt.rank());
   const model::ModelConfig& dc = draft.checkpoint->config();
-  o.tap_layers = dc.dspark->target_layer_ids;
-  o.tap_attn_res = dc.dspark->tap_attn_res;
+  model::engine::tap_for_drafter(*dc.dspark, o);
   Engine engine(target.checkpoint->config(), target.loaded.weights, groups, o);
-  model::engine::DrafterOptions d;
-  d.block_size = dc.dspark->block_size;
-  d.exact = true;
-  d.slots = o.slots;
-  d.context_length = o.context_length;
-  model::engine::Drafter drafter(dc, draft.loaded.weights, engine, groups, d);
+  model::engine::Drafter drafter(dc, draft.loaded.weights, engine, groups,
+                                 model::engine::drafter_options(*dc.dspark, o));
   g.drafter = &drafter;
   model::engine::GeneratorStats stats;
   const auto got = gather_tokens(

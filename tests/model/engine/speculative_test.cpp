@@ -211,15 +211,10 @@ TEST_P(DSparkDrafting, KeepsThePlainPathsTokens) {
   Engine plain_engine(target.checkpoint->config(), target.loaded.weights, one().groups, o);
   const auto plain = generate(plain_engine, one().groups, g, prompts, 20, shared);
 
-  o.tap_layers = dc.dspark->target_layer_ids;
-  o.tap_attn_res = dc.dspark->tap_attn_res;
+  model::engine::tap_for_drafter(*dc.dspark, o);
   Engine engine(target.checkpoint->config(), target.loaded.weights, one().groups, o);
-  model::engine::DrafterOptions d;
-  d.block_size = dc.dspark->block_size;
-  d.exact = exact;
-  d.slots = o.slots;
-  d.context_length = o.context_length;
-  model::engine::Drafter drafter(dc, draft.loaded.weights, engine, one().groups, d);
+  model::engine::Drafter drafter(dc, draft.loaded.weights, engine, one().groups,
+                                 model::engine::drafter_options(*dc.dspark, o));
   g.drafter = &drafter;
   GeneratorStats stats;
   const auto speculative = generate(engine, one().groups, g, prompts, 20, shared, &stats);
