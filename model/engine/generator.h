@@ -95,8 +95,9 @@ struct GeneratorStats {
   std::size_t decode_tokens = 0;     // tokens fed by decode steps
   std::size_t generated_tokens = 0;  // sampled: each request's first at the end of its prefill,
                                      // then one per decode step (a stop token included)
-  // Speculative decoding: one verify round per decoding sequence and step, the drafts proposed
-  // (block size per round) and how many of them the target accepted.
+  // Speculative decoding: one verify round per decoding sequence and step, the drafts fed to
+  // the target (the block size per round, fewer when the request can use fewer) and how many of
+  // them it accepted.
   std::size_t verify_rounds = 0;
   std::size_t drafted_tokens = 0;
   std::size_t accepted_drafts = 0;
