@@ -211,12 +211,11 @@ struct Drafter::Impl {
 
   // Equation 3's attention for one layer: every block row of a sequence sees the sequence's
   // whole context and every row of its block (non-causal), per local head over its KV group.
-  void attend(const DraftLayer& L, std::size_t l, std::span<const DraftRequest> batch,
+  void attend(std::size_t l, std::span<const DraftRequest> batch,
               std::size_t G, const Rows& q, const Rows& kb, const Rows& vb, Rows& out) const {
     const std::size_t D = head_dim, QW = q_heads * D, KW = kv_heads * D;
     const std::size_t group = q_heads / kv_heads;
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-    (void)L;
     out.assign(batch.size() * G * QW, 0.0f);
     oneapi::tbb::parallel_for(std::size_t{0}, batch.size() * q_heads, [&](std::size_t job) {
       const std::size_t i = job / q_heads, h = job % q_heads, kvh = h / group;
@@ -285,7 +284,7 @@ struct Drafter::Impl {
           rope.apply(qr, q_heads, p + r);
         }
       }
-      attend(L, l, batch, G, q, kb, vb, attn);
+      attend(l, batch, G, q, kb, vb, attn);
       std::fill(o.begin(), o.end(), 0.0f);
       L.o.apply(attn, n, o);
       for (std::size_t e = 0; e < n * H; ++e) h[e] += o[e];
