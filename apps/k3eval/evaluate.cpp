@@ -101,8 +101,20 @@ Serving make_engine(dist::Runtime& runtime, const dist::Groups& groups, const Lo
   auto& engine = serving.engine;
   runtime.collectively([&] {
     const auto options = engine_options(o, draft);
-    const auto budget = model::engine::Engine::budget(model.config(), groups.layout(), options,
-                                                      model.weights().bytes());
+    auto budget = model::engine::Engine::budget(model.config(), groups.layout(), options,
+                                                model.weights().bytes());
+    if (draft) {
+      // The drafter's weights and every slot's draft context; a verify round's KDA snapshots
+      // (block + 1 states per running sequence).
+      const auto block = static_cast<std::uint64_t>(
+          o.speculative_block_size > 0 ? o.speculative_block_size : draft->dspark->block_size);
+      budget.weight_bytes += model.draft.result->weights.bytes();
+      budget.state_bytes +=
+          static_cast<std::uint64_t>(options.slots) * options.context_length *
+              model::engine::Drafter::context_bytes_per_token(*draft, groups.layout()) +
+          static_cast<std::uint64_t>(std::min(o.max_running_requests, o.parallel)) * (block + 1) *
+              budget.kda_state_bytes_per_slot;
+    }
     const std::uint64_t available = available_per_rank(groups);
     if (budget.total() > available) {
       throw InputError(fmt::format(
@@ -120,6 +132,7 @@ Serving make_engine(dist::Runtime& runtime, const dist::Groups& groups, const Lo
     if (!draft) return;
     const model::engine::DrafterOptions d =
         model::engine::drafter_options(*draft->dspark, options, o.speculative_block_size);
+    spdlog::debug("drafter: {:.3f} GiB weights", gib(model.draft.result->weights.bytes()));
     serving.drafter = std::make_unique<model::engine::Drafter>(
         *draft, model.draft.result->weights, *engine, groups, d);
     serving.block_size = d.block_size;

@@ -390,6 +390,14 @@ Drafter::Drafter(const ModelConfig& draft, const WeightStore& weights, const Eng
 
 Drafter::~Drafter() = default;
 
+std::uint64_t Drafter::context_bytes_per_token(const ModelConfig& draft,
+                                               const dist::Layout& layout) {
+  const DSparkConfig& d = draft.dspark.value();
+  const auto kv_heads = static_cast<std::uint64_t>(d.num_key_value_heads / layout.attn_tp());
+  return static_cast<std::uint64_t>(draft.num_hidden_layers) * 2 * kv_heads *
+         static_cast<std::uint64_t>(d.head_dim) * sizeof(float);
+}
+
 int Drafter::block_size() const { return impl_->opt.block_size; }
 const std::vector<int>& Drafter::tap_layers() const { return impl_->d.target_layer_ids; }
 bool Drafter::tap_attn_res() const { return impl_->d.tap_attn_res; }

@@ -56,6 +56,11 @@ class Drafter : public DraftSource {
   Drafter(const Drafter&) = delete;
   Drafter& operator=(const Drafter&) = delete;
 
+  // Bytes of context one committed token costs a slot on a rank of `layout` (every layer's key
+  // and value over this rank's KV heads), for the job's memory check.
+  static std::uint64_t context_bytes_per_token(const ModelConfig& draft,
+                                               const dist::Layout& layout);
+
   int block_size() const;
   // The target layers whose streams the drafter reads, and which stream (EngineOptions).
   const std::vector<int>& tap_layers() const;
