@@ -123,7 +123,18 @@ struct Drafter::Impl {
     q_heads = static_cast<std::size_t>(c.num_attention_heads) / a;
     kv_heads = static_cast<std::size_t>(d.num_key_value_heads) / a;
     const bool exact = opt.exact;
-    auto lin = [&](const Weight* w) { return Linear(w->view(), exact); };
+    // Without fp32 activations the drafter's float matrices (BF16 in SGLang's checkpoint) are
+    // re-encoded once as Q8_0, so its forward runs on the integer kernels like the target's
+    // quantized layers; its proposals are verified, so this changes no token, only how fast it
+    // drafts (docs/PERFORMANCE.md).
+    auto lin = [&](const Weight* w) {
+      const quant::MatrixView view = w->view();
+      const bool float_type = view.type == quant::Type::kBF16 ||
+                              view.type == quant::Type::kF16 || view.type == quant::Type::kF32;
+      if (!exact && float_type && view.cols % 32 == 0)
+        return Linear::requantized(view, quant::Type::kQ8_0);
+      return Linear(view, exact);
+    };
     const DSparkWeights<const Weight*> w = dspark_weight_tree(ws, c, layout);
     fc = lin(w.fc);
     hidden_norm = w.hidden_norm->floats();

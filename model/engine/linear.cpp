@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "quant/kernels.h"
+#include "quant/quantize.h"
 #include "quant/reference.h"
 
 namespace k3::model::engine {
@@ -26,6 +27,17 @@ Linear::Linear(const quant::MatrixView& view, bool exact) : view_(view) {
   quant::dequantize(view, *values);
   view_ = f32_view(*values, view.rows, view.cols);
   owned_ = std::move(values);
+}
+
+Linear Linear::requantized(const quant::MatrixView& view, quant::Type type) {
+  std::vector<float> values(view.rows * view.cols);
+  quant::dequantize(view, values);
+  auto encoded = std::make_shared<quant::QuantizedMatrix>(
+      quant::quantize(type, values, view.rows, view.cols));
+  Linear out;
+  out.view_ = encoded->view();
+  out.owned_ = std::move(encoded);
+  return out;
 }
 
 Linear::Linear(std::vector<float> values, std::size_t rows, std::size_t cols) {

@@ -21,6 +21,9 @@ class Linear {
   Linear(const quant::MatrixView& view, bool exact);
   // A matrix the engine built itself (e.g. the absorbed MLA K), row-major F32 [rows, cols].
   Linear(std::vector<float> values, std::size_t rows, std::size_t cols);
+  // `view` re-encoded once as `type` (e.g. a BF16 drafter's matrices as Q8_0, for the integer
+  // kernels), held by the Linear.
+  static Linear requantized(const quant::MatrixView& view, quant::Type type);
 
   std::size_t rows() const { return view_.rows; }
   std::size_t cols() const { return view_.cols; }
@@ -38,7 +41,7 @@ class Linear {
 
  private:
   quant::MatrixView view_;
-  std::shared_ptr<const std::vector<float>> owned_;
+  std::shared_ptr<const void> owned_;  // the bytes of view_ when the Linear made them
 };
 
 // One batch of input rows [n, cols] that several projections read (q/k/v of one hidden state,

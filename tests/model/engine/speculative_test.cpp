@@ -3,13 +3,16 @@
 // are the plain path's, with continuous batching, the prefix cache and chunked prefill).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
+#include <random>
 #include <map>
 #include <memory>
 
 #include "dist/groups.h"
 #include "model/engine/dspark.h"
 #include "model/engine/generator.h"
+#include "model/engine/linear.h"
 #include "tests/model/engine/engine_support.h"
 #include "tests/model/test_dirs.h"
 
@@ -228,6 +231,45 @@ TEST_P(DSparkDrafting, KeepsThePlainPathsTokens) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, DSparkDrafting, ::testing::Values(false, true),
                          [](const auto& p) { return p.param ? "fp32" : "int8"; });
+
+}  // namespace
+}  // namespace k3::test
+
+namespace k3::test {
+namespace {
+
+// The drafter's float matrices re-encoded as Q8_0 (Linear::requantized): the product is the
+// float one within Q8_0's rounding, and the Linear owns its bytes.
+TEST(Linear, RequantizedKeepsTheProductWithinQ8Rounding) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const std::size_t rows = 48, cols = 256, n = 3;
+  std::vector<float> w(rows * cols), x(n * cols);
+  for (float& v : w) v = normal(rng);
+  for (float& v : x) v = normal(rng);
+  const std::vector<float> original = w;
+  quant::MatrixView view;
+  view.type = quant::Type::kF32;
+  view.rows = rows;
+  view.cols = cols;
+  view.data = std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(w.data()),
+                                            w.size() * sizeof(float));
+  const model::engine::Linear q8 = model::engine::Linear::requantized(view, quant::Type::kQ8_0);
+  std::fill(w.begin(), w.end(), 0.0f);  // the Linear holds its own bytes, not a view of these
+  ASSERT_EQ(q8.view().type, quant::Type::kQ8_0);
+  std::vector<float> got(n * rows);
+  q8.apply(x, n, got);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t r = 0; r < rows; ++r) {
+      double want = 0, magnitude = 0;
+      for (std::size_t c = 0; c < cols; ++c) {
+        want += double(original[r * cols + c]) * x[i * cols + c];
+        magnitude += std::fabs(double(original[r * cols + c]) * x[i * cols + c]);
+      }
+      EXPECT_NEAR(got[i * rows + r], want, 0.02 * magnitude) << "row " << r << ", input " << i;
+    }
+  }
+}
 
 }  // namespace
 }  // namespace k3::test
