@@ -103,11 +103,13 @@ Serving make_engine(dist::Runtime& runtime, const dist::Groups& groups, const Lo
     const auto options = engine_options(o, draft);
     auto budget = model::engine::Engine::budget(model.config(), groups.layout(), options,
                                                 model.weights().bytes());
+    const model::engine::DrafterOptions d =
+        draft ? model::engine::drafter_options(*draft->dspark, options, o.speculative_block_size)
+              : model::engine::DrafterOptions{};
     if (draft) {
       // The drafter's weights and every slot's draft context; a verify round's KDA snapshots
       // (block + 1 states per running sequence).
-      const auto block = static_cast<std::uint64_t>(
-          o.speculative_block_size > 0 ? o.speculative_block_size : draft->dspark->block_size);
+      const auto block = static_cast<std::uint64_t>(d.block_size);
       budget.weight_bytes += model.draft.result->weights.bytes();
       budget.state_bytes +=
           static_cast<std::uint64_t>(options.slots) * options.context_length *
@@ -130,8 +132,6 @@ Serving make_engine(dist::Runtime& runtime, const dist::Groups& groups, const Lo
     spdlog::debug("engine: {:.3f} GiB weights, up to {:.3f} GiB of sequence state",
                   gib(budget.weight_bytes), gib(budget.state_bytes));
     if (!draft) return;
-    const model::engine::DrafterOptions d =
-        model::engine::drafter_options(*draft->dspark, options, o.speculative_block_size);
     spdlog::debug("drafter: {:.3f} GiB weights", gib(model.draft.result->weights.bytes()));
     serving.drafter = std::make_unique<model::engine::Drafter>(
         *draft, model.draft.result->weights, *engine, groups, d);

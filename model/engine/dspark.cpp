@@ -182,17 +182,18 @@ struct Drafter::Impl {
     ds.context = 0;
   }
 
-  // Keys (k_norm, then RoPE at positions first, first + 1, ...) and values of n rows `x`.
-  void project_kv(const DraftLayer& L, std::span<const float> x, std::size_t n, std::size_t first,
-                  Rows& k, Rows& v) const {
+  // Keys (k_norm, then RoPE at position(r) for row r) and values of the n rows `in` holds.
+  template <class Position>
+  void project_kv(const DraftLayer& L, SharedInput& in, std::size_t n, Position position, Rows& k,
+                  Rows& v) const {
     const std::size_t width = kv_heads * head_dim;
     k.resize(n * width);
     v.resize(n * width);
-    L.k.apply(x, n, k);
-    L.v.apply(x, n, v);
+    in.apply(L.k, k);
+    in.apply(L.v, v);
     for (std::size_t r = 0; r < n; ++r) {
       rms_norm(&k[r * width], kv_heads, head_dim, L.k_norm, c.rms_norm_eps, &k[r * width]);
-      rope.apply(&k[r * width], kv_heads, first + r);
+      rope.apply(&k[r * width], kv_heads, position(r));
     }
   }
 
@@ -212,8 +213,10 @@ struct Drafter::Impl {
     Rows feature(n * hidden), k, v;
     fc.apply(taps, n, feature);
     rms_norm(feature.data(), n, hidden, hidden_norm, c.rms_norm_eps, feature.data());
+    SharedInput in(feature, n);  // every layer reads the same features
+    const std::size_t first = ds.context;
     for (std::size_t l = 0; l < layers.size(); ++l) {
-      project_kv(layers[l], feature, n, ds.context, k, v);
+      project_kv(layers[l], in, n, [&](std::size_t r) { return first + r; }, k, v);
       ds.keys[l].insert(ds.keys[l].end(), k.begin(), k.end());
       ds.values[l].insert(ds.values[l].end(), v.begin(), v.end());
     }
@@ -280,20 +283,17 @@ struct Drafter::Impl {
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const DraftLayer& L = layers[l];
       rms_norm(h.data(), n, H, L.input_norm, c.rms_norm_eps, xn.data());
-      L.q.apply(xn, n, q);
-      kb.resize(n * kv_heads * D);
-      vb.resize(n * kv_heads * D);
-      for (std::size_t i = 0; i < batch.size(); ++i) {
-        const std::size_t p = slots[static_cast<std::size_t>(batch[i].slot)].context;
-        Rows k, v;
-        project_kv(L, std::span<const float>(xn).subspan(i * G * H, G * H), G, p, k, v);
-        std::copy(k.begin(), k.end(), kb.begin() + static_cast<std::ptrdiff_t>(i * k.size()));
-        std::copy(v.begin(), v.end(), vb.begin() + static_cast<std::ptrdiff_t>(i * v.size()));
-        for (std::size_t r = 0; r < G; ++r) {
-          float* qr = &q[(i * G + r) * QW];
-          rms_norm(qr, q_heads, D, L.q_norm, c.rms_norm_eps, qr);
-          rope.apply(qr, q_heads, p + r);
-        }
+      // Row r is block row r % G of sequence r / G, at that sequence's context + r % G.
+      auto position = [&](std::size_t r) {
+        return slots[static_cast<std::size_t>(batch[r / G].slot)].context + r % G;
+      };
+      SharedInput in(xn, n);
+      in.apply(L.q, q);
+      project_kv(L, in, n, position, kb, vb);
+      for (std::size_t r = 0; r < n; ++r) {
+        float* qr = &q[r * QW];
+        rms_norm(qr, q_heads, D, L.q_norm, c.rms_norm_eps, qr);
+        rope.apply(qr, q_heads, position(r));
       }
       attend(l, batch, G, q, kb, vb, attn);
       std::fill(o.begin(), o.end(), 0.0f);
