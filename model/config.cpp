@@ -262,8 +262,19 @@ ModelConfig preset_config(const std::string& name) {
     c.bos_token_id = 163584;
     c.eos_token_id = 163586;
     c.pad_token_id = 163839;
+  } else if (name == "wide") {
+    // Production widths at a depth this host runs (issue 18): every width of "full" (hidden,
+    // MLA and KDA heads and head dimensions, LatentMoE latent 3584 and expert intermediate 3072,
+    // two shared experts, the 33792-wide dense first layer, the 163840 vocabulary, top-16
+    // routing) with 4 layers (KDA 1-3 and MLA 4; layer 1 dense, 2-4 MoE) in two AttnRes blocks
+    // and 32 routed experts: a 6.2 GiB GGUF whose batch-1 decode streams 4.5 GiB a token.
+    c = preset_config("full");
+    c.num_hidden_layers = 4;
+    c.full_attn_layers = {4};
+    c.attn_res_block_size = 2;
+    c.num_experts = 32;
   } else {
-    throw UsageError("unknown preset '" + name + "' (expected tiny or full)");
+    throw UsageError("unknown preset '" + name + "' (expected tiny, wide or full)");
   }
   c.validate("preset " + name);
   return c;
@@ -308,8 +319,16 @@ ModelConfig draft_preset_config(const std::string& name, const ModelConfig& targ
     d.head_dim = 64;
     d.target_layer_ids = {7, 23, 51, 67, 83};
     d.markov_rank = 256;
+  } else if (name == "wide") {
+    // The full drafter's shape; its four-layer target offers four taps.
+    c.num_attention_heads = 64;
+    c.intermediate_size = 14336;
+    d.num_key_value_heads = 16;
+    d.head_dim = 64;
+    d.target_layer_ids = {0, 1, 2, 3};
+    d.markov_rank = 256;
   } else {
-    throw UsageError("unknown preset '" + name + "' (expected tiny or full)");
+    throw UsageError("unknown preset '" + name + "' (expected tiny, wide or full)");
   }
   c.validate("draft preset " + name);
   return c;

@@ -109,13 +109,15 @@ struct ModelConfig {
   static constexpr int kMaxLayers = 1 << 12;  // validate()'s bound on num_hidden_layers
 };
 
-// The synthetic presets: "tiny" (divides cleanly for TP64/DP4/EP64, see ARCHITECTURE.md) and
+// The synthetic presets: "tiny" (divides cleanly for TP64/DP4/EP64, see ARCHITECTURE.md),
+// "wide" (the real widths with 4 layers and 32 experts, for speed at production widths) and
 // "full" (the real Kimi-K3 shapes).
 ModelConfig preset_config(const std::string& name);
 // The DSpark drafter that goes with a preset's target: "full" is RadixArk/Kimi-K3-DSpark exactly
 // (5 GQA layers, 64 Q / 16 KV heads of 64, taps 7,23,51,67,83, Markov rank 256); "tiny" is its
 // shape at the tiny target's width (5 layers, 32 Q / 16 KV heads of 16, taps 0,1,2,4,5, Markov
-// rank = hidden). Hidden size, vocabulary, rms_norm_eps and the mask token (vocab - 16) follow the
+// rank = hidden); "wide" is the full drafter tapping the wide target's 4 layers. Hidden size,
+// vocabulary, rms_norm_eps and the mask token (vocab - 16) follow the
 // target; the second form takes that target (a preset changed by k3ckpt synth --set).
 ModelConfig draft_preset_config(const std::string& name);
 ModelConfig draft_preset_config(const std::string& name, const ModelConfig& target);

@@ -15,7 +15,7 @@
 namespace k3::model {
 
 struct SynthOptions {
-  std::string preset = "tiny";  // tiny | full
+  std::string preset = "tiny";  // tiny | wide | full
   FormatKind format = FormatKind::kHf;
   std::filesystem::path out;
   std::uint64_t seed = 0;

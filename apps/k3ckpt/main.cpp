@@ -1,5 +1,5 @@
 // k3ckpt: checkpoint tools that need no MPI job: synth, inspect, plan.
-//   k3ckpt synth --preset tiny|full --format hf|modelslim|gguf|draft --out DIR [--seed N]
+//   k3ckpt synth --preset tiny|wide|full --format hf|modelslim|gguf|draft --out DIR [--seed N]
 //                [--shards N] [--header-only]   (draft: the DSpark drafter of that target)
 //   k3ckpt inspect DIR [--load-format F]
 //   k3ckpt plan DIR --tp .. --dp .. --ep .. [layout flags] [--world N] [--rank R]
@@ -67,7 +67,7 @@ int synth(const std::vector<std::string>& args) {
   model::SynthOptions o;
   std::string format = "hf", out;
   po::options_description desc("k3ckpt synth");
-  desc.add_options()("preset", po::value(&o.preset)->default_value("tiny"), "tiny | full")(
+  desc.add_options()("preset", po::value(&o.preset)->default_value("tiny"), "tiny | wide | full")(
       "format", po::value(&format)->default_value("hf"), "hf | modelslim | gguf | draft")(
       "out", po::value(&out)->required(), "output directory")(
       "seed", po::value(&o.seed)->default_value(0), "weight seed")(
@@ -353,9 +353,8 @@ int tokenize(const std::vector<std::string>& args) {
 }
 
 const char* kUsage =
-    "usage: k3ckpt synth --out DIR [--preset tiny|full] [--format hf|modelslim|gguf|draft] [--seed "
-    "N]\n"
-    "                    [--shards N] [--header-only] [--router-margin M] [--set NAME=N]\n"
+    "usage: k3ckpt synth --out DIR [--preset tiny|wide|full] [--format hf|modelslim|gguf|draft]\n"
+    "                    [--seed N] [--shards N] [--header-only] [--router-margin M] [--set NAME=N]\n"
     "       k3ckpt inspect DIR [--load-format F]\n"
     "       k3ckpt tokenize DIR|FILE.gguf [--decode] [--allow-special]   (stdin -> stdout)\n"
     "       k3ckpt plan DIR [--tp N --dp N --ep N --enable-dp-attention ...] [--world N] [--rank "

@@ -73,7 +73,7 @@ std::string problems_text(const std::vector<std::string>& problems) {
 // the config puts it; a loaded store maps onto the tree by the definition's names.
 TEST(KimiK3Definition, TreeHoldsEveryParameterOnceWhereTheConfigPutsIt) {
   const dist::Layout one = layout_of(1, 1, 1, false);
-  for (const std::string preset : {"tiny", "full"}) {
+  for (const std::string preset : {"tiny", "wide", "full"}) {
     SCOPED_TRACE(preset);
     const ModelConfig c = preset_config(preset);
     const ModelWeights<ParamSpec> tree = kimi_k3_definition(c, one);
@@ -104,6 +104,78 @@ TEST(KimiK3Definition, TreeHoldsEveryParameterOnceWhereTheConfigPutsIt) {
     for_each_weight(layers_of, [&](int l) { mapped.push_back(l); });
     for_each_weight(tree, [&](const ParamSpec& s) { direct.push_back(s.layer); });
     EXPECT_EQ(mapped, direct);
+  }
+}
+
+// The wide preset (issue 18) keeps every width of the real model at 4 layers and 32 experts, and
+// covers each kind of block: a dense KDA layer, MoE KDA layers and a MoE MLA layer.
+TEST(SynthPresets, WideHasTheRealWidthsAtFourLayers) {
+  const ModelConfig w = preset_config("wide");
+  const ModelConfig f = preset_config("full");
+  EXPECT_EQ(w.hidden_size, f.hidden_size);
+  EXPECT_EQ(w.vocab_size, f.vocab_size);
+  EXPECT_EQ(w.intermediate_size, f.intermediate_size);
+  EXPECT_EQ(w.num_attention_heads, f.num_attention_heads);
+  EXPECT_EQ(w.q_lora_rank, f.q_lora_rank);
+  EXPECT_EQ(w.kv_lora_rank, f.kv_lora_rank);
+  EXPECT_EQ(w.qk_nope_head_dim, f.qk_nope_head_dim);
+  EXPECT_EQ(w.qk_rope_head_dim, f.qk_rope_head_dim);
+  EXPECT_EQ(w.v_head_dim, f.v_head_dim);
+  EXPECT_EQ(w.kda_num_heads, f.kda_num_heads);
+  EXPECT_EQ(w.kda_head_dim, f.kda_head_dim);
+  EXPECT_EQ(w.moe_intermediate_size, f.moe_intermediate_size);
+  EXPECT_EQ(w.routed_expert_hidden_size, f.routed_expert_hidden_size);
+  EXPECT_EQ(w.num_shared_experts, f.num_shared_experts);
+  EXPECT_EQ(w.num_experts_per_token, f.num_experts_per_token);
+  EXPECT_EQ(w.num_hidden_layers, 4);
+  EXPECT_EQ(w.num_experts, 32);
+  const std::vector<bool> mla = {false, false, false, true}, dense = {true, false, false, false};
+  for (int l = 0; l < 4; ++l) {
+    EXPECT_EQ(w.is_mla_layer(l), mla[static_cast<std::size_t>(l)]) << l;
+    EXPECT_EQ(w.is_dense_layer(l), dense[static_cast<std::size_t>(l)]) << l;
+  }
+  const ModelConfig d = draft_preset_config("wide");
+  ASSERT_TRUE(d.dspark.has_value());
+  EXPECT_EQ(d.dspark->target_layer_ids, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(d.hidden_size, w.hidden_size);
+}
+
+// Every format of the wide preset, written header-only (sparse), opens, binds and plans at a
+// TP8/EP8 layout with no problem, its config the preset's.
+TEST(SynthPresets, WideHeaderOnlyPlansInEveryFormat) {
+  const dist::Layout layout = layout_of(8, 1, 8, false);
+  for (FormatKind kind : {FormatKind::kHf, FormatKind::kModelSlim, FormatKind::kGguf,
+                          FormatKind::kDraft}) {
+    const std::string name(format_name(kind));
+    SCOPED_TRACE(name);
+    const fs::path dir = test::scratch_dir() / ("wide-header-only-" + name);
+    fs::remove_all(dir);
+    SynthOptions o;
+    o.preset = "wide";
+    o.format = kind;
+    o.out = dir;
+    o.header_only = true;
+    o.corpus = test::source_dir() / ".." / "shared" / "data" / "gsm8k" / "train.jsonl";
+    synthesize_checkpoint(o);
+    const fs::path path = kind == FormatKind::kGguf ? dir / "kimi-k3-wide.gguf" : dir;
+    const JobPlan job = plan_job(path, kind, layout);
+    EXPECT_TRUE(job.bound.problems.empty()) << problems_text(job.bound.problems);
+    const ModelConfig& c = job.checkpoint.config();
+    if (kind == FormatKind::kDraft) {
+      EXPECT_EQ(to_wire(c), to_wire(draft_preset_config("wide")));
+    } else {  // GGUF stores eps as f32 and numbers the special tokens after its 4096 BPE tokens
+      const ModelConfig w = preset_config("wide");
+      EXPECT_EQ(c.hidden_size, w.hidden_size);
+      EXPECT_EQ(c.vocab_size, w.vocab_size);
+      EXPECT_EQ(c.num_hidden_layers, w.num_hidden_layers);
+      EXPECT_EQ(c.full_attn_layers, w.full_attn_layers);
+      EXPECT_EQ(c.attn_res_block_size, w.attn_res_block_size);
+      EXPECT_EQ(c.num_experts, w.num_experts);
+      EXPECT_EQ(c.num_experts_per_token, w.num_experts_per_token);
+      EXPECT_EQ(c.kda_num_heads, w.kda_num_heads);
+      EXPECT_EQ(c.num_attention_heads, w.num_attention_heads);
+    }
+    fs::remove_all(dir);
   }
 }
 
