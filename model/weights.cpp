@@ -1,5 +1,7 @@
 #include "model/weights.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "quant/reference.h"
 
@@ -101,6 +103,22 @@ std::uint64_t WeightStore::bytes() const {
   std::uint64_t b = 0;
   for (const auto& [n, w] : weights_) b += w.bytes();
   return b;
+}
+
+std::uint64_t decode_bytes_per_token(const ModelWeights<const Weight*>& tree,
+                                     const ModelConfig& config) {
+  std::uint64_t all = 0;
+  for_each_weight(tree, [&](const Weight* w) { all += w->bytes(); });
+  std::uint64_t experts = 0;
+  for (const LayerWeights<const Weight*>& layer : tree.layers) {
+    if (!layer.moe) continue;
+    for (const Weight* w : {layer.moe->w1, layer.moe->w3, layer.moe->w2}) experts += w->bytes();
+  }
+  const std::uint64_t embedding = tree.embed_tokens->bytes();
+  const auto k = static_cast<std::uint64_t>(config.num_experts_per_token);
+  const auto e = static_cast<std::uint64_t>(std::max(1, config.num_experts));
+  const auto vocab = static_cast<std::uint64_t>(std::max(1, config.vocab_size));
+  return all - experts - embedding + experts * k / e + embedding / vocab;
 }
 
 ModelWeights<const Weight*> weight_tree(const WeightStore& store, const ModelConfig& config,

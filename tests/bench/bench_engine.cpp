@@ -25,6 +25,9 @@
 // run under its own perf); sampling is enabled around each timed phase.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <memory>
+#include <new>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -36,9 +39,16 @@
 #include <thread>
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include <boost/program_options.hpp>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_reduce.h>
 
 #include "apps/common/layout_options.h"
+#include "common/error.h"
 #include "dist/collectives.h"
 #include "dist/env.h"
 #include "dist/groups.h"
@@ -320,6 +330,62 @@ void print_row(const std::string& label, const std::string& format, int ranks, i
   std::fflush(stdout);
 }
 
+// The sum of n 64-bit words, read as a stream with the kernels' prefetch distance (4 KiB ahead,
+// quant/kernels_*.cpp). Cloned for AVX2, with which this host reads ~13 GB/s on one core
+// against ~11 GB/s for the baseline x86-64 code.
+#if defined(__x86_64__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+std::uint64_t sum_words(const std::uint64_t* p, std::size_t n) {
+  std::uint64_t lanes[8] = {};
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {  // one cache line
+    __builtin_prefetch(p + i + 512);
+    for (int l = 0; l < 8; ++l) lanes[l] += p[i + l];
+  }
+  std::uint64_t sum = 0;
+  for (; i < n; ++i) sum += p[i];
+  for (std::uint64_t v : lanes) sum += v;
+  return sum;
+}
+
+// Sustained read bandwidth of this rank with its oneTBB threads, bytes/s: the best of 5 passes
+// over a buffer. The ranks measure at the same time, so on a shared host each sees its share of
+// the memory system, as in a decode step; together they read 1 GiB (at least 128 MiB each),
+// twice this host's 480 MiB L3, so that the figure is DRAM's. The buffer asks for transparent
+// huge pages: the weights a decode step streams are mostly views into the mapped checkpoint,
+// whose page cache the kernel maps with 2 MiB entries here (FilePmdMapped), and reading on
+// 4 KiB pages is ~25 % slower on this host (13 against 16.5-19 GB/s), which would flatter the
+// engine.
+double read_bandwidth(int ranks) {
+  constexpr std::size_t kHugePage = std::size_t{2} << 20;
+  const std::size_t bytes = std::max<std::size_t>(
+      (std::size_t{1} << 30) / static_cast<std::size_t>(ranks), std::size_t{64} * kHugePage);
+  const std::size_t n = bytes / sizeof(std::uint64_t);
+  std::unique_ptr<std::uint64_t, decltype(&std::free)> buffer(
+      static_cast<std::uint64_t*>(std::aligned_alloc(kHugePage, bytes)), &std::free);
+  if (!buffer) throw std::bad_alloc();
+#if defined(__linux__)
+  madvise(buffer.get(), bytes, MADV_HUGEPAGE);  // advisory: 4 KiB pages if refused
+#endif
+  std::fill_n(buffer.get(), n, std::uint64_t{1});  // every page mapped before timing
+  double best = 0;
+  std::uint64_t check = 0;
+  for (int pass = 0; pass < 5; ++pass) {
+    const auto t0 = Clock::now();
+    check += tbb::parallel_reduce(
+        tbb::blocked_range<std::size_t>(0, n, std::size_t{1} << 16), std::uint64_t{0},
+        [&](const tbb::blocked_range<std::size_t>& r, std::uint64_t sum) {
+          return sum + sum_words(buffer.get() + r.begin(), r.size());
+        },
+        std::plus<>());
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, static_cast<double>(bytes) / seconds);
+  }
+  if (check != 5 * n) throw InternalError("read_bandwidth: the buffer did not sum to its size");
+  return best;
+}
+
 int run(dist::Runtime& runtime, int argc, char** argv) {
   Options o;
   std::optional<dist::ThreadCap> threads;
@@ -352,6 +418,17 @@ int run(dist::Runtime& runtime, int argc, char** argv) {
   Bench bench(groups, *engine);
   const std::string label = o.label.empty() ? layout->summary() : o.label;
 
+  // The batch-1 decode roofline: the slowest rank's weight bytes per token over its read
+  // bandwidth (both measured here), as tokens/s.
+  const std::uint64_t token_bytes =
+      model::decode_bytes_per_token(model::weight_tree(slice.loaded.weights, config, *layout),
+                                    config);
+  dist::barrier(runtime.world());
+  const double bandwidth = read_bandwidth(runtime.world_size());
+  const double roofline_seconds = dist::allreduce(
+      runtime.world(), static_cast<double>(token_bytes) / bandwidth, dist::ReduceOp::kMax);
+  const double roofline_tps = 1.0 / roofline_seconds;
+
   if (root) {
     const std::time_t now = std::time(nullptr);
     char date[32];
@@ -369,6 +446,12 @@ int run(dist::Runtime& runtime, int argc, char** argv) {
         o.chunk == 0 ? "whole batch per step"
                      : ("chunk " + std::to_string(o.chunk) + "/group/step").c_str(),
         o.decode_steps, o.decode_prompt_len, o.reps);
+    std::printf(
+        "# decode roofline at batch 1: %.1f MiB of weights per token on rank 0 (all dense "
+        "weights, %d/%d of the routed experts, one embedding row), read bandwidth %.2f GB/s "
+        "with %d thread(s) -> %.1f tok/s (slowest rank)\n",
+        static_cast<double>(token_bytes) / 1048576.0, config.num_experts_per_token,
+        config.num_experts, bandwidth / 1e9, threads->threads(), roofline_tps);
     if (o.header) {
       std::printf("%-22s | %-9s | %5s | %7s | %-7s | %5s | %7s | %8s | %10s | %10s | %10s | %s\n",
                   "config", "format", "ranks", "threads", "phase", "batch", "tokens", "median s",
@@ -408,6 +491,14 @@ int run(dist::Runtime& runtime, int argc, char** argv) {
         }
       }
       if (root) print_row(label, format, runtime.world_size(), threads->threads(), row);
+      if (root && phase == "decode" && b == 1) {
+        std::vector<double> s = row.seconds;
+        std::sort(s.begin(), s.end());
+        const double median_tps = static_cast<double>(row.tokens) / s[s.size() / 2];
+        std::printf("# decode batch 1: %.1f tok/s median = %.2f of the roofline\n", median_tps,
+                    median_tps / roofline_tps);
+        std::fflush(stdout);
+      }
     }
   }
   return 0;

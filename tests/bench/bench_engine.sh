@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
-# Prefill and decode tokens/s of the engine (bench_engine) on the tiny synthetic checkpoint, for
-# every layout of issue 6 on 1 and 2 ranks, printed as one table. Synthesizes the checkpoints into
-# $BUILD/bench/ when missing.
+# Prefill and decode tokens/s of the engine (bench_engine) on a synthetic checkpoint, for every
+# layout of issue 6 on 1 and 2 ranks, printed as one table with each run's batch-1 decode
+# roofline (the weight bytes a token reads over the measured read bandwidth). Synthesizes the
+# checkpoints into $BUILD/bench/<preset>-<format> when missing.
 # Usage: tests/bench/bench_engine.sh [formats ...]   (default: gguf; also hf, modelslim)
-# Environment: BUILD (default build), REPS (3), BATCHES (1,16,64), PROMPT_LEN (512),
-#   DECODE_STEPS (32), PHASES (prefill,decode), CONFIGS (tp1 tp1-2t tp2-ep2 dp2-attn-ep2).
+# Environment: PRESET (tiny; wide: the real widths at 4 layers, a 6.2 GiB GGUF written in ~5 min),
+#   BUILD (default build), REPS (3; wide 2), BATCHES (1,16,64; wide 1,16), PROMPT_LEN (512; wide
+#   64), DECODE_STEPS (32; wide 8), PHASES (prefill,decode), CONFIGS (tp1 tp1-2t tp2-ep2
+#   dp2-attn-ep2).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${BUILD:-$root/build}
 bin=$build/bin
+preset=${PRESET:-tiny}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
-common=(--reps "${REPS:-3}" --batches "${BATCHES:-1,16,64}" --prompt-len "${PROMPT_LEN:-512}"
-  --decode-steps "${DECODE_STEPS:-32}" --phases "${PHASES:-prefill,decode}" --no-header)
+if [[ $preset == wide ]]; then
+  defaults=(2 1,16 64 8)
+else
+  defaults=(3 1,16,64 512 32)
+fi
+common=(--reps "${REPS:-${defaults[0]}}" --batches "${BATCHES:-${defaults[1]}}"
+  --prompt-len "${PROMPT_LEN:-${defaults[2]}}" --decode-steps "${DECODE_STEPS:-${defaults[3]}}"
+  --phases "${PHASES:-prefill,decode}" --no-header)
 # name | ranks | bench_engine arguments. GGUF's Q3_K routed experts cannot be split in columns
 # over two ranks (MoE-TP 2), so TP2 splits the experts by EP. The DP configuration is the
 # production flag set (jobs/configs/production.ini) at two ranks. --bind-to none: Open MPI binds
@@ -25,11 +35,11 @@ layouts=(
 configs=${CONFIGS:-tp1 tp1-2t tp2-ep2 dp2-attn-ep2}
 
 model_path() {  # the checkpoint of format $1, synthesized when missing
-  local dir=$build/bench/tiny-$1
+  local dir=$build/bench/$preset-$1
   local marker=$dir/config.json
-  [[ $1 == gguf ]] && marker=$dir/kimi-k3-tiny.gguf
+  [[ $1 == gguf ]] && marker=$dir/kimi-k3-$preset.gguf
   if [[ ! -f $marker ]]; then
-    "$bin/k3ckpt" synth --format "$1" --out "$dir" >&2
+    "$bin/k3ckpt" synth --preset "$preset" --format "$1" --out "$dir" >&2
   fi
   [[ $1 == gguf ]] && echo "$marker" || echo "$dir"
 }
@@ -48,7 +58,7 @@ for format in "${@:-gguf}"; do
     cmd=(mpirun --oversubscribe --bind-to none -np "$np" "$bin/bench_engine" --model-path "$model" --label "$name"
       $args "${common[@]}")
     commands+=("${cmd[*]}")
-    "${cmd[@]}" 2>&1 | grep --line-buffered -v '^#'
+    "${cmd[@]}" 2>&1 | awk '!/^#/ || /^# decode/ {print; fflush()}'
   done
 done
 echo
