@@ -3,16 +3,16 @@
 # run: k3eval --mode throughput on random prompts (stop tokens ignored), batch 1 and 16, on one
 # rank and on two (DP attention, DP LM head), each case REPS times per side.
 #
-#   tests/bench/bench_speculative.sh [tiny|wide]
+#   tests/bench/bench_speculative.sh [tiny|hidden2048]
 #
-# tiny: the quickstart's synthetic pair (build/checkpoints). wide: the tiny preset at hidden 2048
-# in GGUF (103 MB: batch-1 decode streams its weights instead of finding them in cache) with its
-# derived draft, written to build/bench/ on first use. Environment: REPS (2), BATCHES ("1 16"),
+# tiny: the quickstart's synthetic pair (build/checkpoints). hidden2048: the tiny preset at hidden
+# 2048 in GGUF (103 MB; its derived draft, 164 MB of BF16, is larger than it), written to
+# build/bench/ on first use. Environment: REPS (2), BATCHES ("1 16"),
 # RANKS ("1 2"), INPUT_LEN (64), OUTPUT_LEN (128), BUILD (build).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${BUILD:-$root/build}
-pair=${1:-wide}
+pair=${1:-hidden2048}
 reps=${REPS:-2}
 batches=${BATCHES:-1 16}
 ranks=${RANKS:-1 2}
@@ -26,18 +26,18 @@ case $pair in
     draft=$build/checkpoints/tiny-draft
     sets=()
     ;;
-  wide)
-    target=$build/bench/wide-gguf
-    draft=$build/bench/wide-draft
+  hidden2048)
+    target=$build/bench/hidden2048-gguf
+    draft=$build/bench/hidden2048-draft
     sets=(--set hidden_size=2048)
     ;;
   *)
-    echo "usage: $0 [tiny|wide]" >&2
+    echo "usage: $0 [tiny|hidden2048]" >&2
     exit 2
     ;;
 esac
 format=hf
-[[ $pair == wide ]] && format=gguf
+[[ $pair == hidden2048 ]] && format=gguf
 [[ -f $target/config.json || -f $target/kimi-k3-tiny.gguf ]] ||
   "$build/bin/k3ckpt" synth --preset tiny --format $format --corpus "$corpus" "${sets[@]}" \
     --out "$target" >/dev/null
