@@ -100,7 +100,17 @@ Serving make_engine(dist::Runtime& runtime, const dist::Groups& groups, const Lo
   const model::ModelConfig* draft = speculative ? &model.draft.checkpoint().config() : nullptr;
   auto& engine = serving.engine;
   runtime.collectively([&] {
-    const auto options = engine_options(o, draft);
+    auto options = engine_options(o, draft);
+    // Sample only ids the tokenizer can decode (a synthetic wide or full preset pads its model
+    // vocabulary beyond its 4352-token tokenizer).
+    const auto tokenizer_ids = static_cast<std::size_t>(
+        model::open_tokenizer(o.model_path, model.config()).size());
+    if (tokenizer_ids < static_cast<std::size_t>(model.config().vocab_size)) {
+      options.sampled_vocabulary = tokenizer_ids;
+      spdlog::info("the tokenizer defines {} of the model's {} token ids; the others are never "
+                   "sampled",
+                   tokenizer_ids, model.config().vocab_size);
+    }
     auto budget = model::engine::Engine::budget(model.config(), groups.layout(), options,
                                                 model.weights().bytes());
     const model::engine::DrafterOptions d =

@@ -44,6 +44,10 @@ struct EngineOptions {
   // `tap_attn_res`, else the residual stream after the layer.
   std::vector<int> tap_layers;
   bool tap_attn_res = true;
+  // Token ids at or above this are never sampled (0: every id of the LM head): the ids the
+  // tokenizer has no token for, when a model's vocabulary is padded beyond its tokenizer's (the
+  // synthetic wide and full presets: 163840 rows, a 4352-token vocabulary).
+  std::size_t sampled_vocabulary = 0;
 };
 
 // Per-slot and per-rank memory, computed before anything is allocated.

@@ -39,6 +39,12 @@ void Engine::Impl::lm_head_outputs(const Rows& final_rows, std::span<const StepS
   Rows logits(in.total * VL);
   lm_head.shard().apply(in.rows, in.total, logits);
 
+  // This shard's sampled ids: those below opt.sampled_vocabulary (a shard past it offers none;
+  // its -inf loses the reduction to the shards that hold the tokenizer's ids).
+  const std::size_t sampled =
+      opt.sampled_vocabulary == 0
+          ? VL
+          : std::min(VL, opt.sampled_vocabulary - std::min(opt.sampled_vocabulary, lm_begin));
   std::vector<float> best(in.total);
   std::vector<std::int32_t> best_id(in.total);
   for (std::size_t r = 0; r < in.total; ++r) {
@@ -46,8 +52,9 @@ void Engine::Impl::lm_head_outputs(const Rows& final_rows, std::span<const StepS
         std::bit_cast<float>(static_cast<std::uint32_t>(all_keys[r * kKeys]));
     const std::uint64_t seed = all_keys[r * kKeys + 1];
     const std::uint64_t pos = all_keys[r * kKeys + 2];
-    const ShardChoice choice = best_of_shard(std::span<const float>(logits).subspan(r * VL, VL),
-                                             nullptr, lm_begin, temperature, seed, pos);
+    const ShardChoice choice =
+        best_of_shard(std::span<const float>(logits).subspan(r * VL, sampled), nullptr, lm_begin,
+                      temperature, seed, pos);
     if (r >= in.mine && r < in.mine + n) result.nonfinite_logits += choice.nonfinite;
     best[r] = choice.value;
     best_id[r] = choice.token;

@@ -394,6 +394,39 @@ TEST(Sampling, SeededTemperatureIsReproducible) {
   EXPECT_NE(sample(6, 3), a);
 }
 
+// EngineOptions::sampled_vocabulary: ids at or above it are never chosen, greedy or sampled,
+// and greedy takes the best id below it.
+TEST(Sampling, IdsPastTheSampledVocabularyAreNeverChosen) {
+  OneRank r;
+  const auto s = load_slice(synthetic_checkpoint(FormatKind::kHf), r.layout, 0);
+  const std::vector<std::int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8};
+  auto next = [&](std::size_t limit, float temperature, StepSequence::Output output,
+                  std::uint64_t seed = 11) {
+    EngineOptions o;
+    o.sampled_vocabulary = limit;
+    Engine e(s.checkpoint->config(), s.loaded.weights, r.groups, o);
+    StepSequence q;
+    q.slot = 0;
+    q.tokens = prompt;
+    q.output = output;
+    q.sampling = {temperature, seed};
+    return e.step(std::span<const StepSequence>(&q, 1));
+  };
+  const auto all = next(0, 0, StepSequence::Output::kAllLogits);
+  const std::int32_t best = all.next[0];
+  ASSERT_GT(best, 0);
+  const std::size_t V = static_cast<std::size_t>(s.checkpoint->config().vocab_size);
+  const std::vector<float> last(all.logits[0].end() - static_cast<std::ptrdiff_t>(V),
+                                all.logits[0].end());
+  const auto limit = static_cast<std::size_t>(best);
+  const auto below = static_cast<std::int32_t>(
+      std::max_element(last.begin(), last.begin() + best) - last.begin());
+  EXPECT_EQ(next(limit, 0, StepSequence::Output::kNextToken).next[0], below);
+  EXPECT_EQ(next(V, 0, StepSequence::Output::kNextToken).next[0], best);
+  for (std::uint64_t seed = 1; seed <= 4; ++seed)
+    EXPECT_LT(next(limit, 2.0f, StepSequence::Output::kNextToken, seed).next[0], best);
+}
+
 TEST(Generator, RejectsBadRequestsNamingThem) {
   OneRank r;
   const auto s = load_slice(synthetic_checkpoint(FormatKind::kHf), r.layout, 0);
