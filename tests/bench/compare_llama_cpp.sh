@@ -3,14 +3,19 @@
 # generates there, single-file and split; (2) every position's logits of 16 GSM8K questions
 # agree within the stated tolerance; (3) block by block, every layer's attention output, FFN
 # output and stream on one question, so a difference is located to a block; (4)
-# llama-batched-bench prefill/decode tokens/s at the shapes of tests/bench/bench_engine.sh.
+# llama-batched-bench prefill/decode tokens/s at the shapes of tests/bench/bench_engine.sh, on the
+# tiny GGUF or another (MODEL); (5) `gsm8k`: end to end, the same 5-shot GSM8K prompts (greedy,
+# SGLang's stop strings, the same max new tokens, every question in flight) through llama.cpp
+# (tests/bench/llama_cpp_gsm8k.cpp, continuous batching as llama-server's slots) and through
+# k3eval, on the same cores, both output throughputs.
 # It never builds llama.cpp itself: point LLAMA_CPP_BIN at the bin/ folder of a llama.cpp build
 # you made (docs/ENGINE.md, "llama.cpp comparison", says which commit and flags); it compiles
 # tests/bench/llama_cpp_layers.cpp (ours, on llama.h's public API) against that build.
-# Usage: LLAMA_CPP_BIN=/path/to/llama.cpp/build/bin tests/bench/compare_llama_cpp.sh [logits|layers|bench|all]
+# Usage: LLAMA_CPP_BIN=/path/to/llama.cpp/build/bin tests/bench/compare_llama_cpp.sh [logits|layers|bench|gsm8k|all]
 # Environment: BUILD (default build), LLAMA_CPP_SRC (default LLAMA_CPP_BIN/../..), QUESTIONS
-#   (16), THREADS (1), BATCHES (1,16,64), PROMPT_LEN (512), DECODE_PROMPT_LEN (32),
-#   DECODE_STEPS (32).
+#   (16; gsm8k 64), THREADS (1), BATCHES (1,16,64), PROMPT_LEN (512), DECODE_PROMPT_LEN (32),
+#   DECODE_STEPS (32), MODEL (bench and gsm8k: a GGUF file, default the tiny one),
+#   MAX_NEW_TOKENS (gsm8k, 256).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${BUILD:-$root/build}
@@ -18,7 +23,14 @@ bin=$build/bin
 what=${1:-all}
 : "${LLAMA_CPP_BIN:?set LLAMA_CPP_BIN to the bin/ folder of a llama.cpp build (see the header)}"
 llama_src=${LLAMA_CPP_SRC:-$LLAMA_CPP_BIN/../..}
-for tool in llama-debug llama-completion llama-batched-bench; do
+case $what in
+  logits | layers) tools=(llama-debug llama-completion) ;;
+  bench) tools=(llama-completion llama-batched-bench) ;;
+  gsm8k) tools=(llama-completion) ;;
+  all) tools=(llama-debug llama-completion llama-batched-bench) ;;
+  *) echo "usage: $0 [logits|layers|bench|gsm8k|all]" >&2; exit 2 ;;
+esac
+for tool in "${tools[@]}"; do
   [[ -x $LLAMA_CPP_BIN/$tool ]] || { echo "error: $LLAMA_CPP_BIN/$tool is missing" >&2; exit 2; }
 done
 [[ -f $llama_src/include/llama.h ]] ||
@@ -49,7 +61,7 @@ for model in "$work/tiny-gguf/kimi-k3-tiny.gguf" "$work/tiny-gguf-split/kimi-k3-
     { echo "error: llama-completion failed on $model (log: $work/completion.log)" >&2; exit 1; }
   echo "llama-completion $(basename "$model"): ${out//$'\n'/ }"
 done
-model=$work/tiny-gguf/kimi-k3-tiny.gguf
+model=${MODEL:-$work/tiny-gguf/kimi-k3-tiny.gguf}
 
 if [[ $what == logits || $what == layers || $what == all ]]; then
   layers_tool=$work/llama_cpp_layers
@@ -171,7 +183,6 @@ fi
 if [[ $what == bench || $what == all ]]; then
   # (4) llama-batched-bench on the default synthetic GGUF (the file bench_engine.sh uses):
   # prefill = PROMPT_LEN-token prompts, decode = DECODE_STEPS tokens after DECODE_PROMPT_LEN.
-  model=$work/tiny-gguf/kimi-k3-tiny.gguf
   batches=${BATCHES:-1,16,64}
   max_batch=$(tr ',' '\n' <<<"$batches" | sort -n | tail -1)
   ctx=$((max_batch * (${PROMPT_LEN:-512} + 32) + 256))
@@ -181,4 +192,47 @@ if [[ $what == bench || $what == all ]]; then
   "$LLAMA_CPP_BIN/llama-batched-bench" -m "$model" "${llama_common[@]}" -tb "${THREADS:-1}" \
     -c "$ctx" -b 2048 -ub 512 -npp "${DECODE_PROMPT_LEN:-32}" -ntg "${DECODE_STEPS:-32}" \
     -npl "$batches" 2>/dev/null | grep '^|'
+fi
+
+if [[ $what == gsm8k || $what == all ]]; then
+  # (5) End to end on the same prompts: SGLang's 5-shot GSM8K prompts (eval/prompt.h: the first
+  # five lines of test.jsonl as shots, questions 0..N-1), greedy, stop strings "Question",
+  # "Assistant:", "<|separator|>", at most MAX_NEW_TOKENS tokens, all N questions in flight, on
+  # THREADS threads: llama.cpp through tests/bench/llama_cpp_gsm8k.cpp (ours, on llama.h:
+  # continuous batching of N sequences, as llama-server with N slots, whose final chat parse
+  # rejects the synthetic model's non-UTF-8 completions), then k3eval on one rank with
+  # --parallel N, with its prefix cache and without (llama.cpp prefills every prompt whole).
+  # Output throughput = generated tokens / wall time from the first prompt token to the last
+  # answer (k3eval's own figure counts the same way, SGLang's).
+  n=${QUESTIONS:-64}
+  max_new=${MAX_NEW_TOKENS:-256}
+  threads=${THREADS:-1}
+  data=$root/../shared/data/gsm8k/test.jsonl
+  gsm8k_tool=$work/llama_cpp_gsm8k
+  ${CXX:-g++} -std=c++17 -O2 -I"$llama_src/include" -I"$llama_src/ggml/include" \
+    "$root/tests/bench/llama_cpp_gsm8k.cpp" -L"$LLAMA_CPP_BIN" -lllama -lggml -lggml-base \
+    -Wl,-rpath,"$LLAMA_CPP_BIN" -o "$gsm8k_tool"
+  python3 - "$data" "$n" >"$work/gsm8k-prompts.bin" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+shots = "".join("Question: " + r["question"] + "\nAnswer: " + r["answer"] + "\n\n" for r in rows[:5])
+for r in rows[:int(sys.argv[2])]:
+    sys.stdout.write(shots + "Question: " + r["question"] + "\nAnswer:" + "\0")
+PY
+  echo "GSM8K end to end: $n questions in flight, 5 shots, greedy, at most $max_new new tokens," \
+    "$threads thread(s), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "llama.cpp (llama_cpp_gsm8k): $("$gsm8k_tool" "$model" "$work/gsm8k-prompts.bin" "$threads" \
+    "$max_new" 2>"$work/gsm8k.log")"
+  for cache in on off; do
+    extra=()
+    [[ $cache == off ]] && extra=(--disable-prefix-cache)
+    out=$(mpirun --oversubscribe --bind-to none -np 1 "$bin/k3eval" --model-path "$model" \
+      --threads "$threads" --data-path "$data" --num-questions "$n" --parallel "$n" \
+      --max-new-tokens "$max_new" "${extra[@]}" 2>&1) || { echo "$out" >&2; exit 1; }
+    tokens=$(grep -o '[0-9]* tokens generated' <<<"$out" | tail -1)
+    tps=$(awk -F': *' '/^Output throughput/ {print $2}' <<<"$out")
+    latency=$(awk -F': *' '/^Latency/ {print $2}' <<<"$out")
+    echo "k3eval (1 rank, --parallel $n, prefix cache $cache): ${tokens% generated} in $latency," \
+      "output throughput $tps"
+  done
 fi
