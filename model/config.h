@@ -117,8 +117,8 @@ ModelConfig preset_config(const std::string& name);
 // (5 GQA layers, 64 Q / 16 KV heads of 64, taps 7,23,51,67,83, Markov rank 256); "tiny" is its
 // shape at the tiny target's width (5 layers, 32 Q / 16 KV heads of 16, taps 0,1,2,4,5, Markov
 // rank = hidden); "wide" is the full drafter tapping the wide target's 4 layers. Hidden size,
-// vocabulary, rms_norm_eps and the mask token (vocab - 16) follow the
-// target; the second form takes that target (a preset changed by k3ckpt synth --set).
+// vocabulary, rms_norm_eps and the mask token (vocab - 16) follow the target; the second form
+// takes that target (a preset changed by k3ckpt synth --set).
 ModelConfig draft_preset_config(const std::string& name);
 ModelConfig draft_preset_config(const std::string& name, const ModelConfig& target);
 

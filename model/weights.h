@@ -59,15 +59,15 @@ class WeightStore {
 // weight of the parameter the definition puts there. InternalError names one not loaded.
 ModelWeights<const Weight*> weight_tree(const WeightStore& store, const ModelConfig& config,
                                         const dist::Layout& layout);
+// The same for a DSpark draft's weights (config.dspark set).
+DSparkWeights<const Weight*> dspark_weight_tree(const WeightStore& store, const ModelConfig& config,
+                                                const dist::Layout& layout);
+
 // Bytes of this rank's weights that one decode token reads at batch 1, the numerator of the
 // decode roofline: every matrix and vector in full, one row of the embedding (on average over
 // the vocabulary shards) and num_experts_per_token / num_experts of the routed experts (uniform
 // routing: the experts of one token, spread over the expert-parallel ranks).
 std::uint64_t decode_bytes_per_token(const ModelWeights<const Weight*>& tree,
                                      const ModelConfig& config);
-
-// The same for a DSpark draft's weights (config.dspark set).
-DSparkWeights<const Weight*> dspark_weight_tree(const WeightStore& store, const ModelConfig& config,
-                                                const dist::Layout& layout);
 
 }  // namespace k3::model

@@ -26,13 +26,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <memory>
-#include <new>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <new>
 #include <optional>
 #include <sstream>
 #include <string>
