@@ -229,7 +229,7 @@ struct Tensor {
 
 std::vector<std::uint8_t> as_bytes_f32(const std::vector<float>& v) {
   std::vector<std::uint8_t> out(v.size() * 4);
-  std::memcpy(out.data(), v.data(), out.size());
+  if (!out.empty()) std::memcpy(out.data(), v.data(), out.size());  // header-only: no values
   return out;
 }
 
