@@ -868,8 +868,7 @@ K3_512_INLINE __m512i vnni_block(const uint8_t* p, const __m512i* x, __m512i acc
 }
 
 // One block's contribution to the 16 accumulators: acc + float(isum) * (d_w * d_x). The
-// integer sum starts from -offset * isum(x), so the stored offset cancels exactly. Every path
-// (batch 1 or n, any thread count) adds the blocks of a row in this same order and form.
+// integer sum starts from -offset * isum(x), so the stored offset cancels exactly.
 template <Type T>
 K3_512_INLINE __m512 vnni_accumulate(const uint8_t* p, const __m512i* x, std::int32_t nisum,
                                      float dx, __m512 acc) {
@@ -879,28 +878,42 @@ K3_512_INLINE __m512 vnni_accumulate(const uint8_t* p, const __m512i* x, std::in
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, acc);
 }
 
+// The family's block order (see block_sums4), which every path of the plain layout keeps as
+// well: block b goes into accumulator b mod 4, and a row ends as (acc0 + acc1) + (acc2 + acc3).
+// So the VNNI order gives the plain layout's results bit for bit, at every batch size, and a
+// loader may repack a matrix without changing a single output.
+K3_512_INLINE __m512 vnni_finish(const __m512* acc) {
+  return _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+}
+
 // Batch 1 on S consecutive groups starting at g (group stride gstride bytes): rows 16 S.
 template <Type T, size_t S>
 K3_512 void vnni_gemv_groups(const uint8_t* g, size_t gstride, const ActView& a, float* y) {
   constexpr size_t kSuper = kVnniSuper<T>;
-  __m512 acc[S];
-  for (size_t s = 0; s < S; ++s) acc[s] = _mm512_setzero_ps();
-  for (size_t b = 0; b < a.blocks; ++b) {
-    __m512i x[8];
-    for (int k = 0; k < 8; ++k) x[k] = broadcast_quad(a.qs + 32 * b + 4 * k);
-    // Near a stream's end, prefetch the start of the stream that continues it in the next
-    // tile (S groups further on) rather than the next group, which another stream already
-    // reads: each tile then starts warm (measured: up to 10 % on 4096x4096 Q8_0).
-    const size_t ahead = b * kSuper + kVnniPrefetch<T>;
-    const size_t jump = ahead >= gstride ? (S - 1) * gstride : 0;
-    for (size_t s = 0; s < S; ++s) {
-      const uint8_t* p = g + s * gstride + b * kSuper;
-      const char* pf = reinterpret_cast<const char*>(p) + kVnniPrefetch<T> + jump;
-      for (size_t o = 0; o < kSuper; o += 64) _mm_prefetch(pf + o, _MM_HINT_T1);
-      acc[s] = vnni_accumulate<T>(p, x, a.nisum[b], a.d[b], acc[s]);
+  __m512 acc[S][4];
+  for (size_t s = 0; s < S; ++s)
+    for (int k = 0; k < 4; ++k) acc[s][k] = _mm512_setzero_ps();
+  for (size_t b0 = 0; b0 < a.blocks; b0 += 4) {
+#pragma GCC unroll 4
+    for (size_t k = 0; k < 4; ++k) {
+      const size_t b = b0 + k;
+      if (b >= a.blocks) break;
+      __m512i x[8];
+      for (int q = 0; q < 8; ++q) x[q] = broadcast_quad(a.qs + 32 * b + 4 * q);
+      // Near a stream's end, prefetch the start of the stream that continues it in the next
+      // tile (S groups further on) rather than the next group, which another stream already
+      // reads: each tile then starts warm (measured: up to 10 % on 4096x4096 Q8_0).
+      const size_t ahead = b * kSuper + kVnniPrefetch<T>;
+      const size_t jump = ahead >= gstride ? (S - 1) * gstride : 0;
+      for (size_t s = 0; s < S; ++s) {
+        const uint8_t* p = g + s * gstride + b * kSuper;
+        const char* pf = reinterpret_cast<const char*>(p) + kVnniPrefetch<T> + jump;
+        for (size_t o = 0; o < kSuper; o += 64) _mm_prefetch(pf + o, _MM_HINT_T1);
+        acc[s][k] = vnni_accumulate<T>(p, x, a.nisum[b], a.d[b], acc[s][k]);
+      }
     }
   }
-  for (size_t s = 0; s < S; ++s) _mm512_storeu_ps(y + 16 * s, acc[s]);
+  for (size_t s = 0; s < S; ++s) _mm512_storeu_ps(y + 16 * s, vnni_finish(acc[s]));
 }
 
 // Batch n on one group: its codes are loaded once per block for up to 4 activation rows (the
@@ -909,18 +922,24 @@ template <Type T, int NA>
 K3_512 void vnni_gemm_group(const uint8_t* g, const ActView& a, size_t a0, float* y, size_t ldy) {
   constexpr size_t kSuper = kVnniSuper<T>;
   const size_t nb = a.blocks;
-  __m512 acc[NA];
-  for (int i = 0; i < NA; ++i) acc[i] = _mm512_setzero_ps();
-  for (size_t b = 0; b < nb; ++b) {
-    const uint8_t* p = g + b * kSuper;
-    for (int i = 0; i < NA; ++i) {
-      const size_t ab = (a0 + i) * nb + b;
-      __m512i x[8];
-      for (int k = 0; k < 8; ++k) x[k] = broadcast_quad(a.qs + 32 * ab + 4 * k);
-      acc[i] = vnni_accumulate<T>(p, x, a.nisum[ab], a.d[ab], acc[i]);
+  __m512 acc[NA][4];
+  for (int i = 0; i < NA; ++i)
+    for (int k = 0; k < 4; ++k) acc[i][k] = _mm512_setzero_ps();
+  for (size_t b0 = 0; b0 < nb; b0 += 4) {
+#pragma GCC unroll 4
+    for (size_t k = 0; k < 4; ++k) {
+      const size_t b = b0 + k;
+      if (b >= nb) break;
+      const uint8_t* p = g + b * kSuper;
+      for (int i = 0; i < NA; ++i) {
+        const size_t ab = (a0 + i) * nb + b;
+        __m512i x[8];
+        for (int q = 0; q < 8; ++q) x[q] = broadcast_quad(a.qs + 32 * ab + 4 * q);
+        acc[i][k] = vnni_accumulate<T>(p, x, a.nisum[ab], a.d[ab], acc[i][k]);
+      }
     }
   }
-  for (int i = 0; i < NA; ++i) _mm512_storeu_ps(y + (a0 + i) * ldy, acc[i]);
+  for (int i = 0; i < NA; ++i) _mm512_storeu_ps(y + (a0 + i) * ldy, vnni_finish(acc[i]));
 }
 
 template <Type T, size_t S = kVnniStreams>

@@ -10,7 +10,8 @@
 //
 // The repacked view is an ordinary MatrixView with `interleave == R`: gemv/gemm/dot/
 // dequantize/row_slice accept it (row_slice only on group boundaries) and give the same
-// results as on the original matrix up to float summation order.
+// results as on the original matrix up to float summation order; the VNNI order below gives
+// them bit for bit (its kernels keep the plain layout's block order).
 #pragma once
 
 #include <cstddef>

@@ -183,6 +183,33 @@ TEST(QuantRepack, KernelsMatchScalarOnPlain) {
   }
 }
 
+// The VNNI order keeps the plain layout's block order (block b into accumulator b mod 4), so a
+// loader can repack without changing one output: bit-equal to the plain matrix on the same ISA,
+// at every batch size (the GEMV, row and GEMM-tile paths of the plain layout), block counts with
+// and without a tail of 1-3 blocks, and rows past the last whole group.
+TEST(QuantRepack, VnniOrderGivesThePlainLayoutsBits) {
+  std::mt19937_64 rng(19);
+  for (Type t : {Type::kQ8_0, Type::kQ4_0}) {
+    for (const auto& [rows, nb] : {std::pair<std::size_t, std::size_t>{128, 4}, {149, 13},
+                                   {203, 6}, {16, 1}, {272, 7}}) {
+      const std::size_t cols = 32 * nb;
+      const QuantizedMatrix m = quantize(t, heavy_tailed(rng, rows * cols), rows, cols);
+      const Repacked p = repack_vnni(m.view());
+      const std::string what = where(t, rows, cols, {kVnniRows, true});
+      for (std::size_t n : {1u, 2u, 3u, 4u, 5u, 11u, 12u, 16u, 17u, 33u, 64u}) {
+        const std::vector<float> x = heavy_tailed(rng, n * cols);
+        const Activations a = Activations::prepare(traits(t).act, x, n, cols);
+        for (Isa isa : available_isas()) {
+          std::vector<float> plain(n * rows), vnni(n * rows, -1.0f);
+          gemm(m.view(), a, plain, isa);
+          gemm(p.view(), a, vnni, isa);
+          ASSERT_TRUE(same_bits(vnni, plain)) << what << " " << name(isa) << " n=" << n;
+        }
+      }
+    }
+  }
+}
+
 TEST(QuantRepack, GemvDotAndThreadsAgree) {
   std::mt19937_64 rng(3);
   // 50 groups of 4 and 3 tail rows; 12 VNNI groups (a full batch-1 tile and 4 more) and 11.
