@@ -60,7 +60,7 @@ class WeightBytes {
   const std::uint8_t* data() const { return span().data(); }
   std::size_t size() const { return span().size(); }
   bool empty() const { return size() == 0; }
-  bool mapped() const { return keeper_ != nullptr; }
+  bool mapped() const { return keeper_ != nullptr; }  // a view into a FileMapping
 
  private:
   Bytes owned_;

@@ -94,6 +94,16 @@ std::span<const std::uint8_t> FileMapping::bytes(std::uint64_t offset, std::uint
   return {base_ + offset, static_cast<std::size_t>(length)};
 }
 
+void FileMapping::release(std::span<const std::uint8_t> bytes) {
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<std::uintptr_t>(bytes.data());
+  const std::uintptr_t first = (begin + page - 1) & ~(page - 1);
+  const std::uintptr_t last = (begin + bytes.size()) & ~(page - 1);
+  // MADV_DONTNEED on a shared read-only file mapping drops this process's page table entries
+  // only; the file's pages and contents are untouched.
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 void FileMapping::populate(std::uint64_t offset, std::uint64_t length) const {
   const auto range = bytes(offset, length);
   if (range.empty()) return;

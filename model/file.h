@@ -50,6 +50,10 @@ class FileMapping {
   std::span<const std::uint8_t> bytes(std::uint64_t offset, std::uint64_t length) const;
   // Prefaults [offset, offset + length): MADV_POPULATE_READ, or touching one byte per page.
   void populate(std::uint64_t offset, std::uint64_t length) const;
+  // Unmaps from this process the whole pages inside `bytes`, a range of some FileMapping whose
+  // contents were copied elsewhere (a repacked matrix): they leave the resident set, the page
+  // cache keeps them, and a later read faults them back in. Best effort (madvise).
+  static void release(std::span<const std::uint8_t> bytes);
   const std::string& path() const { return path_; }
 
  private:

@@ -37,6 +37,10 @@ quant::MatrixView Weight::view() const {
   return v;
 }
 
+bool Weight::mapped() const {
+  return per_expert_segments() ? expert_data.front().mapped() : data.mapped();
+}
+
 quant::MatrixView Weight::expert(std::size_t e) const {
   if (shape.size() != 3) throw InternalError(name + " is not a routed-expert weight");
   const auto experts = static_cast<std::size_t>(shape[0]);

@@ -32,6 +32,8 @@ struct Weight {
 
   bool split_kv() const { return k_b != nullptr; }
   bool per_expert_segments() const { return !expert_data.empty(); }
+  // Whether the bytes of view() (or of expert(e)) are a view into a FileMapping.
+  bool mapped() const;
   // Local expert `e` of a routed-expert weight [experts, out, in] as one [out, in] matrix,
   // whichever way the experts are held.
   quant::MatrixView expert(std::size_t e) const;

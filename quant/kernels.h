@@ -27,6 +27,10 @@ void gemm(const MatrixView& w, std::span<const float> x, std::size_t n, std::spa
 void gemv(const MatrixView& w, std::span<const float> x, std::span<float> y);
 void gemv(const MatrixView& w, std::span<const float> x, std::span<float> y, Isa isa);
 
+// Whether `isa` has a kernel for `type` in the 16-row VNNI order (quant/repack.h), so that a
+// repack_vnni() copy runs faster than the plain matrix instead of being unpacked tile by tile.
+bool has_vnni_kernel(Type type, Isa isa);
+
 // The dot product of row `row` of W with x [w.cols], through the same kernels.
 float dot(const MatrixView& w, std::size_t row, std::span<const float> x);
 float dot(const MatrixView& w, std::size_t row, std::span<const float> x, Isa isa);

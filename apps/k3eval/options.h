@@ -36,6 +36,7 @@ struct K3evalOptions {
   int context_length = 4096;
   bool disable_prefix_cache = false;
   bool fp32_activations = false;
+  bool disable_weight_repack = false;  // EngineOptions::repack_weights off
   // Speculative decoding (SGLang's names): the algorithm ("dspark"; "" when off) and its block
   // size, the drafted tokens verified per round. Reports echo them when a verify round ran.
   std::string speculative_algorithm;

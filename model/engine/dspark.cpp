@@ -12,6 +12,7 @@
 #include <oneapi/tbb/parallel_for.h>
 
 #include "common/error.h"
+#include "model/engine/engine_impl.h"
 #include "model/engine/linear.h"
 #include "model/engine/ops.h"
 #include "model/engine/parallel.h"
@@ -131,9 +132,11 @@ struct Drafter::Impl {
       const quant::MatrixView view = w->view();
       const bool float_type = view.type == quant::Type::kBF16 ||
                               view.type == quant::Type::kF16 || view.type == quant::Type::kF32;
-      if (!exact && float_type && view.cols % 32 == 0)
-        return Linear::requantized(view, quant::Type::kQ8_0);
-      return Linear(view, exact);
+      if (!exact && float_type && view.cols % 32 == 0) {
+        const Linear q8 = Linear::requantized(view, quant::Type::kQ8_0);
+        return opt.repack_weights ? Linear::repacked(q8.view()) : q8;
+      }
+      return detail::product_matrix(view, w->mapped(), exact, opt.repack_weights);
     };
     const DSparkWeights<const Weight*> w = dspark_weight_tree(ws, c, layout);
     fc = lin(w.fc);
@@ -385,6 +388,7 @@ DrafterOptions drafter_options(const DSparkConfig& draft, const EngineOptions& t
   DrafterOptions o;
   o.block_size = block_size > 0 ? block_size : draft.block_size;
   o.exact = target.exact;
+  o.repack_weights = target.repack_weights;
   o.slots = target.slots;
   o.context_length = target.context_length;
   return o;

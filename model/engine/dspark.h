@@ -34,6 +34,7 @@ namespace k3::model::engine {
 struct DrafterOptions {
   int block_size = 7;  // tokens drafted per round
   bool exact = false;  // fp32 activations, as EngineOptions::exact
+  bool repack_weights = true;  // as EngineOptions::repack_weights
   int slots = 8;       // one per target slot
   std::size_t context_length = 4096;
 };

@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "model/engine/engine_impl.h"
 #include "model/engine/ops.h"
+#include "model/file.h"
 #include "quant/reference.h"
 
 namespace k3::model::engine {
@@ -38,13 +39,21 @@ void absorb_dense_kv_b(const Weight& w, std::size_t heads, std::size_t N, std::s
 
 }  // namespace
 
+Linear detail::product_matrix(const quant::MatrixView& view, bool mapped, bool exact,
+                              bool repack) {
+  if (exact || !repack) return Linear(view, exact);
+  Linear out = Linear::repacked(view);
+  if (out.is_repacked() && mapped) FileMapping::release(view.data);
+  return out;
+}
+
 Engine::Impl::Impl(const ModelConfig& config, const WeightStore& ws, const dist::Groups& g,
                    const EngineOptions& o)
     : c(config), opt(o), groups(g), layout(g.layout()) {
   if (c.is_draft()) throw InternalError("engine: a draft model cannot run as the main model");
   if (opt.slots <= 0) throw UsageError("engine: at least one sequence slot is needed");
   const bool exact = opt.exact;
-  auto lin = [&](const Weight* w) { return Linear(w->view(), exact); };
+  auto lin = [&](const Weight* w) { return product_matrix(w->view(), w->mapped(), exact, opt.repack_weights); };
   auto vec = [&](const Weight* w) { return w->floats(); };
   const float beta = static_cast<float>(c.situ_beta);
   const float linear_beta = static_cast<float>(c.situ_linear_beta);
@@ -142,9 +151,9 @@ Engine::Impl::Impl(const ModelConfig& config, const WeightStore& ws, const dist:
       x.up_proj = lin(src.routed_expert_up_proj);
       const Weight &w1 = *src.w1, &w3 = *src.w3, &w2 = *src.w2;
       for (std::size_t i = 0; i < static_cast<std::size_t>(w1.shape.at(0)); ++i) {
-        x.w1.emplace_back(w1.expert(i), exact);
-        x.w3.emplace_back(w3.expert(i), exact);
-        x.w2.emplace_back(w2.expert(i), exact);
+        x.w1.push_back(product_matrix(w1.expert(i), w1.mapped(), exact, opt.repack_weights));
+        x.w3.push_back(product_matrix(w3.expert(i), w3.mapped(), exact, opt.repack_weights));
+        x.w2.push_back(product_matrix(w2.expert(i), w2.mapped(), exact, opt.repack_weights));
       }
       if (src.shared_experts) x.shared = glu(*src.shared_experts, layout.shared_experts_group());
       if (!experts) {  // every MoE layer holds the same slice of the experts

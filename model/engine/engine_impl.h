@@ -67,6 +67,12 @@ struct Slot {
   std::vector<std::vector<float>> kda_after, conv_after;
 };
 
+// A matrix the engine (or a drafter) multiplies: dequantized to F32 when `exact`, else
+// repacked (Linear::repacked) when `repack`, else in place. A repacked copy of mapped
+// checkpoint bytes releases their pages from the resident set (FileMapping::release); `mapped`
+// says whether view.data is such.
+Linear product_matrix(const quant::MatrixView& view, bool mapped, bool exact, bool repack);
+
 // Where a batch's rows come from: sequence i owns rows [offset[i], offset[i] + count[i]).
 struct BatchRows {
   std::vector<std::size_t> offset, count;

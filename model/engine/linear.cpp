@@ -4,6 +4,7 @@
 #include "quant/kernels.h"
 #include "quant/quantize.h"
 #include "quant/reference.h"
+#include "quant/repack.h"
 
 namespace k3::model::engine {
 
@@ -37,6 +38,18 @@ Linear Linear::requantized(const quant::MatrixView& view, quant::Type type) {
   Linear out;
   out.view_ = encoded->view();
   out.owned_ = std::move(encoded);
+  return out;
+}
+
+Linear Linear::repacked(const quant::MatrixView& view) {
+  if (view.interleave != 0 || view.rows < quant::kVnniRows ||
+      !quant::has_vnni_kernel(view.type, quant::active_isa())) {
+    return Linear(view, false);
+  }
+  auto packed = std::make_shared<quant::Repacked>(quant::repack_vnni(view));
+  Linear out;
+  out.view_ = packed->view();
+  out.owned_ = std::move(packed);
   return out;
 }
 

@@ -24,6 +24,12 @@ class Linear {
   // `view` re-encoded once as `type` (e.g. a BF16 drafter's matrices as Q8_0, for the integer
   // kernels), held by the Linear.
   static Linear requantized(const quant::MatrixView& view, quant::Type type);
+  // `view` copied once into the 16-row VNNI order (quant/repack.h) when the active ISA has a
+  // kernel for its type and it has a whole group of rows; otherwise in place, as Linear(view,
+  // false). Products give the same bits either way; the repacked batch-1 GEMV reads its weights
+  // as a few sequential streams at about the read bandwidth (docs/PERFORMANCE.md).
+  static Linear repacked(const quant::MatrixView& view);
+  bool is_repacked() const { return view_.interleave != 0; }
 
   std::size_t rows() const { return view_.rows; }
   std::size_t cols() const { return view_.cols; }
@@ -36,7 +42,8 @@ class Linear {
   // With activations already prepared for act_format() (shared by several projections).
   void apply(const quant::Activations& x, std::span<float> y) const;
 
-  // Rows [first, first + count) as their own Linear (a head's slice); shares the bytes.
+  // Rows [first, first + count) as their own Linear (a head's slice); shares the bytes. On a
+  // repacked Linear only whole 16-row groups can be sliced (InternalError otherwise).
   Linear rows_slice(std::size_t first, std::size_t count) const;
 
  private:

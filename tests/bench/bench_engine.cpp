@@ -81,6 +81,7 @@ struct Options {
   int reps = 3;
   bool header = true;
   bool help = false;
+  bool no_repack = false;
 };
 
 template <class T>
@@ -130,6 +131,9 @@ Options parse(int argc, char** argv) {
       ("chunk", po::value(&o.chunk)->default_value(o.chunk),
        "prefill tokens per DP group per step; 0: the whole batch in one step")
       ("reps", po::value(&o.reps)->default_value(o.reps), "timed repetitions per case")
+      ("no-repack", po::bool_switch(&o.no_repack),
+       "keep every weight matrix as stored (EngineOptions::repack_weights off; k3eval "
+       "--disable-weight-repack), for A/B runs")
       ("no-header", "print no column header");
   // clang-format on
   desc.add(apps::layout_options(o.layout));
@@ -410,6 +414,7 @@ int run(dist::Runtime& runtime, int argc, char** argv) {
   int max_batch = 1;
   for (int b : o.batches) max_batch = std::max(max_batch, b);
   EngineOptions eo;  // int8 activations (exact = false), chunked KDA prefill
+  eo.repack_weights = !o.no_repack;
   eo.slots = Bench::per_group(max_batch, dp_groups);
   eo.context_length =
       std::max(o.prompt_len, o.decode_prompt_len + o.decode_steps + 1) + std::size_t{16};

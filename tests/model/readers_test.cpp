@@ -7,6 +7,7 @@
 
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "model/file.h"
 #include "model/gguf.h"
 #include "model/safetensors.h"
 #include "common/error.h"
@@ -228,6 +229,22 @@ TEST(JsonReaders, ModelSlimDescriptionOfTheWrongShape) {
             "q.json: expected a JSON object");
   EXPECT_EQ(error_of([] { parse_modelslim_description("{\"group_size\": \"64\"}", "q.json"); }),
             "q.json: group_size is \"64\", expected a non-negative integer");
+}
+
+// A repacked matrix's source pages leave the resident set (FileMapping::release); the bytes
+// stay readable, faulted back in from the file, and a range that holds no whole page is a no-op.
+TEST(FileMapping, ReleasedPagesReadBackTheFile) {
+  const fs::path path = k3::test::scratch_dir() / "release.bin";
+  std::string contents(5 * 4096 + 123, '\0');
+  for (std::size_t i = 0; i < contents.size(); ++i) contents[i] = static_cast<char>(i * 131 % 251);
+  std::ofstream(path, std::ios::binary) << contents;
+  const auto map = FileMapping::map(File::open_read(path));
+  map->populate(0, contents.size());
+  const auto all = map->bytes(0, contents.size());
+  FileMapping::release(map->bytes(100, 3 * 4096));  // whole pages 1 and 2 only
+  FileMapping::release(map->bytes(4096 + 1, 10));   // no whole page
+  FileMapping::release(all);
+  EXPECT_EQ(0, std::memcmp(all.data(), contents.data(), contents.size()));
 }
 
 }  // namespace

@@ -184,6 +184,21 @@ TEST_P(EngineTest, ThreadCountDoesNotChangeABit) {
         << "position " << t;
 }
 
+// Repacking the Q8_0/Q4_0 matrices at load (EngineOptions::repack_weights, on by default)
+// changes no bit of any logit, prefill or decode (the tiny GGUF holds 72 Q8_0 tensors).
+TEST_P(EngineTest, RepackedWeightsChangeNoBit) {
+  EngineOptions stored;
+  stored.repack_weights = false;
+  auto a = engine(GetParam(), stored);
+  auto b = engine(GetParam());
+  const auto prompt = random_prompts(1, 40, 40, a->config().vocab_size, 23)[0];
+  const auto want = engine_logits(*a, prompt, 30), got = engine_logits(*b, prompt, 30);
+  ASSERT_EQ(want.size(), got.size());
+  for (std::size_t t = 0; t < want.size(); ++t)
+    ASSERT_EQ(0, std::memcmp(want[t].data(), got[t].data(), want[t].size() * sizeof(float)))
+        << "position " << t;
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, EngineTest,
                          ::testing::Values(FormatKind::kHf, FormatKind::kModelSlim,
                                            FormatKind::kGguf),

@@ -4,15 +4,20 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <map>
 #include <memory>
+#include <string>
 
 #include "dist/groups.h"
 #include "model/engine/dspark.h"
 #include "model/engine/generator.h"
 #include "model/engine/linear.h"
+#include "quant/kernels.h"
+#include "quant/quantize.h"
+#include "quant/repack.h"
 #include "tests/model/engine/engine_support.h"
 #include "tests/model/test_dirs.h"
 
@@ -267,6 +272,36 @@ TEST(Linear, RequantizedKeepsTheProductWithinQ8Rounding) {
         magnitude += std::fabs(double(original[r * cols + c]) * x[i * cols + c]);
       }
       EXPECT_NEAR(got[i * rows + r], want, 0.02 * magnitude) << "row " << r << ", input " << i;
+    }
+  }
+}
+
+// Q8_0/Q4_0 matrices copied into the VNNI order (Linear::repacked) where this CPU has kernels
+// for it: every product keeps the stored matrix's bits, at batch 1 (the GEMV), 3 (row kernels)
+// and 16 (the GEMM tile); matrices without a whole 16-row group or of other types stay as stored.
+TEST(Linear, RepackedGivesTheStoredBits) {
+  std::mt19937 rng(6);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const quant::Type type : {quant::Type::kQ8_0, quant::Type::kQ4_0, quant::Type::kQ2_K}) {
+    for (const std::size_t rows : {std::size_t{15}, std::size_t{48}, std::size_t{149}}) {
+      const std::size_t cols = 512;
+      std::vector<float> w(rows * cols);
+      for (float& v : w) v = normal(rng);
+      const quant::QuantizedMatrix m = quant::quantize(type, w, rows, cols);
+      const model::engine::Linear stored(m.view(), false);
+      const model::engine::Linear packed = model::engine::Linear::repacked(m.view());
+      const bool expect_packed = rows >= quant::kVnniRows && quant::can_repack_vnni(type) &&
+                                 quant::has_vnni_kernel(type, quant::active_isa());
+      const std::string what = std::string(quant::name(type)) + " x " + std::to_string(rows);
+      EXPECT_EQ(packed.is_repacked(), expect_packed) << what;
+      for (const std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{16}}) {
+        std::vector<float> x(n * cols), want(n * rows), got(n * rows);
+        for (float& v : x) v = normal(rng);
+        stored.apply(x, n, want);
+        packed.apply(x, n, got);
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+            << what << " n=" << n;
+      }
     }
   }
 }
