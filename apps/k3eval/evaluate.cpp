@@ -59,6 +59,7 @@ model::engine::EngineOptions engine_options(const K3evalOptions& o,
   model::engine::EngineOptions e;
   if (draft) model::engine::tap_for_drafter(*draft->dspark, e);
   e.exact = o.fp32_activations;
+  e.repack_weights = !o.disable_weight_repack;
   e.trace_layers = !o.layers_out.empty();  // only k3eval logits takes --layers-out
   const int running = std::min(o.max_running_requests, o.parallel);
   e.slots = o.max_mamba_cache_size > 0 ? o.max_mamba_cache_size : running + 1;
@@ -91,10 +92,19 @@ eval::RunnerOptions runner_options(const K3evalOptions& o, const Serving& servin
   return r;
 }
 
+// The checkpoint's tokenizer, opened collectively (one clear error on every rank).
+model::Tokenizer open_checkpoint_tokenizer(dist::Runtime& runtime, const LoadedModel& model,
+                                           const K3evalOptions& o) {
+  std::optional<model::Tokenizer> tokenizer;
+  runtime.collectively(
+      [&] { tokenizer.emplace(model::open_tokenizer(o.model_path, model.config())); });
+  return std::move(*tokenizer);
+}
+
 // The engine over this rank's slice (and the drafter over the draft's), after checking the
-// state it will need fits in memory.
+// state it will need fits in memory; it samples only ids `tokenizer` defines.
 Serving make_engine(dist::Runtime& runtime, const dist::Groups& groups, const LoadedModel& model,
-                    const K3evalOptions& o) {
+                    const K3evalOptions& o, const model::Tokenizer& tokenizer) {
   Serving serving;
   const bool speculative = !o.speculative_algorithm.empty() && model.draft;
   const model::ModelConfig* draft = speculative ? &model.draft.checkpoint().config() : nullptr;
@@ -103,8 +113,7 @@ Serving make_engine(dist::Runtime& runtime, const dist::Groups& groups, const Lo
     auto options = engine_options(o, draft);
     // Sample only ids the tokenizer can decode (a synthetic wide or full preset pads its model
     // vocabulary beyond its 4352-token tokenizer).
-    const auto tokenizer_ids = static_cast<std::size_t>(
-        model::open_tokenizer(o.model_path, model.config()).size());
+    const auto tokenizer_ids = static_cast<std::size_t>(tokenizer.size());
     if (tokenizer_ids < static_cast<std::size_t>(model.config().vocab_size)) {
       options.sampled_vocabulary = tokenizer_ids;
       spdlog::info("the tokenizer defines {} of the model's {} token ids; the others are never "
@@ -352,14 +361,13 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
 
   dist::set_stage("pre-flight and loading");
   LoadedModel model = load_model(runtime, groups, o);
-  std::optional<model::Tokenizer> tokenizer;
+  const model::Tokenizer tokenizer = open_checkpoint_tokenizer(runtime, model, o);
   eval::TokenizedPrompts tokens;
-  Serving serving = make_engine(runtime, groups, model, o);
+  Serving serving = make_engine(runtime, groups, model, o, tokenizer);
   auto& engine = serving.engine;
   const eval::RunnerOptions ro = runner_options(o, serving);
   runtime.collectively([&] {
-    tokenizer.emplace(model::open_tokenizer(o.model_path, model.config()));
-    tokens = eval::tokenize_prompts(*tokenizer, prompts);
+    tokens = eval::tokenize_prompts(tokenizer, prompts);
     model::engine::Generator check(*engine, groups, ro.generator);
     if (ro.prefix_caching) check.add_prefix(tokens.prefix);  // checks the slots suffice
     eval::validate_prompts(check, prompts, tokens, ro.max_new_tokens, o.data_path);
@@ -369,7 +377,7 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
                groups.layout().group_count(dist::GroupKind::kAttnTp));
 
   dist::set_stage("warm-up");
-  const std::string smoke = eval::warm_up(*engine, groups, *tokenizer, tokens, ro);
+  const std::string smoke = eval::warm_up(*engine, groups, tokenizer, tokens, ro);
   spdlog::info("warm-up and smoke request done; smoke completion: {:?}", smoke);
   if (o.debug_kill_rank && *o.debug_kill_rank == runtime.rank()) {
     spdlog::warn("injected SIGKILL (--debug-kill-rank {})", *o.debug_kill_rank);
@@ -397,7 +405,7 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
   };
   dist::set_stage("GSM8K generation");
   const eval::EvalOutcome outcome =
-      eval::run_gsm8k(*engine, groups, *tokenizer, prompts, tokens, done, ro, on_result);
+      eval::run_gsm8k(*engine, groups, tokenizer, prompts, tokens, done, ro, on_result);
   // Each DP group counts its own tokens and speculative rounds, the same on all its ranks: the
   // job's totals add one rank of every DP group, which is what the attn-dp group holds (rank 0's
   // sums are the group leaders', attn-tp rank 0 of each group).
@@ -460,7 +468,8 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
   }
   dist::set_stage("pre-flight and loading");
   LoadedModel model = load_model(runtime, groups, o);
-  Serving serving = make_engine(runtime, groups, model, o);
+  const model::Tokenizer tokenizer = open_checkpoint_tokenizer(runtime, model, o);
+  Serving serving = make_engine(runtime, groups, model, o, tokenizer);
   auto& engine = serving.engine;
   eval::RunnerOptions ro = runner_options(o, serving);
   const std::size_t count =
@@ -487,7 +496,6 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
         output_lens.push_back(length(output_len));
       }
     } else {
-      const auto tokenizer = model::open_tokenizer(o.model_path, model.config());
       const auto data = eval::read_gsm8k(o.data_path);
       eval::PromptOptions po;
       po.num_shots = static_cast<std::size_t>(o.num_shots);
@@ -530,10 +538,11 @@ int run_logits(dist::Runtime& runtime, const dist::Groups& groups, const K3evalO
   K3evalOptions one = o;
   one.max_running_requests = 1;
   one.max_mamba_cache_size = 1;
-  auto engine = std::move(make_engine(runtime, groups, model, one).engine);
+  const model::Tokenizer tokenizer = open_checkpoint_tokenizer(runtime, model, o);
+  auto engine = std::move(make_engine(runtime, groups, model, one, tokenizer).engine);
   std::vector<std::int32_t> ids;
   runtime.collectively([&] {
-    ids = model::open_tokenizer(o.model_path, model.config()).encode(o.prompt);
+    ids = tokenizer.encode(o.prompt);
     if (ids.empty()) throw UsageError("--prompt encodes to no tokens");
     if (ids.size() > static_cast<std::size_t>(o.context_length)) {
       throw UsageError("--prompt has " + std::to_string(ids.size()) +
