@@ -7,7 +7,9 @@
 # Environment: PRESET (tiny; wide: the real widths at 4 layers, a 6.2 GiB GGUF written in ~5 min),
 #   BUILD (default build), REPS (3; wide 2), BATCHES (1,16,64; wide 1,16), PROMPT_LEN (512; wide
 #   64), DECODE_STEPS (32; wide 8), PHASES (prefill,decode), CONFIGS (tp1 tp1-2t tp2-ep2
-#   dp2-attn-ep2).
+#   dp2-attn-ep2), CHUNK (512: prefill tokens per DP group per step, k3eval's default
+#   --chunked-prefill-size and llama-batched-bench's -ub; 0 puts a whole batch in one step),
+#   EXTRA (more bench_engine arguments, e.g. --no-repack for an A/B run).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${BUILD:-$root/build}
@@ -21,7 +23,9 @@ else
 fi
 common=(--reps "${REPS:-${defaults[0]}}" --batches "${BATCHES:-${defaults[1]}}"
   --prompt-len "${PROMPT_LEN:-${defaults[2]}}" --decode-steps "${DECODE_STEPS:-${defaults[3]}}"
-  --phases "${PHASES:-prefill,decode}" --no-header)
+  --phases "${PHASES:-prefill,decode}" --chunk "${CHUNK:-512}" --no-header)
+# shellcheck disable=SC2206
+common+=(${EXTRA:-})
 # name | ranks | bench_engine arguments. GGUF's Q3_K routed experts cannot be split in columns
 # over two ranks (MoE-TP 2), so TP2 splits the experts by EP. The DP configuration is the
 # production flag set (jobs/configs/production.ini) at two ranks. --bind-to none: Open MPI binds
