@@ -176,9 +176,10 @@ Repacked repack_vnni(const MatrixView& w) {
     throw InputError("quant: cannot repack " + describe(w) + " into the VNNI order" +
                      (w.interleave != 0 ? " (already repacked)" : " (Q8_0 and Q4_0 only)"));
   }
-  return interleaved(w, kVnniRows, true, [&](size_t k, const std::uint8_t* row, std::uint8_t* group) {
-    to_vnni_row(w.type, w.cols, k, row, group);
-  });
+  return interleaved(w, kVnniRows, true,
+                     [&](size_t k, const std::uint8_t* row, std::uint8_t* group) {
+                       to_vnni_row(w.type, w.cols, k, row, group);
+                     });
 }
 
 void unpack_rows(const MatrixView& w, size_t first, size_t count, std::uint8_t* dst) {

@@ -39,8 +39,7 @@ void absorb_dense_kv_b(const Weight& w, std::size_t heads, std::size_t N, std::s
 
 }  // namespace
 
-Linear detail::product_matrix(const quant::MatrixView& view, bool mapped, bool exact,
-                              bool repack) {
+Linear detail::product_matrix(const quant::MatrixView& view, bool mapped, bool exact, bool repack) {
   if (exact || !repack) return Linear(view, exact);
   Linear out = Linear::repacked(view);
   if (out.is_repacked() && mapped) FileMapping::release(view.data);
@@ -53,7 +52,9 @@ Engine::Impl::Impl(const ModelConfig& config, const WeightStore& ws, const dist:
   if (c.is_draft()) throw InternalError("engine: a draft model cannot run as the main model");
   if (opt.slots <= 0) throw UsageError("engine: at least one sequence slot is needed");
   const bool exact = opt.exact;
-  auto lin = [&](const Weight* w) { return product_matrix(w->view(), w->mapped(), exact, opt.repack_weights); };
+  auto lin = [&](const Weight* w) {
+    return product_matrix(w->view(), w->mapped(), exact, opt.repack_weights);
+  };
   auto vec = [&](const Weight* w) { return w->floats(); };
   const float beta = static_cast<float>(c.situ_beta);
   const float linear_beta = static_cast<float>(c.situ_linear_beta);
