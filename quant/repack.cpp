@@ -58,38 +58,31 @@ CodeAt vnni_at(Type type, size_t r, size_t e) {
   return {64 * (k / 2) + 4 * r + j, static_cast<int>(k % 2) * 4};
 }
 
-// The same for the VNNI order (repack.h): row `r` of a 16-row group between its plain row and
-// the group's super-blocks. The destination's payload bytes start zeroed (the repacked buffer
-// is allocated zeroed; the plain payload is cleared here), each code is ORed in; Q8_0 codes
-// change sign bit (stored +128 in the VNNI order) in both directions.
-void copy_vnni_row(Type type, size_t cols, size_t r, const std::uint8_t* src, std::uint8_t* dst,
-                   bool to_plain) {
+// Row `r` of a 16-row group in the VNNI order (repack.h) written back as its plain row: the
+// payload is cleared, then each code is ORed into its byte (Q8_0 codes change sign bit back
+// from the stored + 128). Used by unpack_rows; the opposite direction is to_vnni_row.
+void from_vnni_row(Type type, size_t cols, size_t r, const std::uint8_t* group,
+                   std::uint8_t* plain) {
   const size_t bb = traits(type).block_bytes, blocks = cols / 32;
   const size_t scales = kVnniRows * (bb - 2);  // the 16 scales follow the codes
   const unsigned mask = type == Type::kQ8_0 ? 0xff : 0x0f;
   const unsigned flip = type == Type::kQ8_0 ? 0x80 : 0;
   for (size_t b = 0; b < blocks; ++b) {
-    const size_t sup = b * kVnniRows * bb, blk = b * bb;
-    if (to_plain) {
-      std::memcpy(dst + blk, src + sup + scales + 2 * r, 2);
-      std::memset(dst + blk + 2, 0, bb - 2);
-    } else {
-      std::memcpy(dst + sup + scales + 2 * r, src + blk, 2);
-    }
+    const std::uint8_t* sup = group + b * kVnniRows * bb;
+    std::uint8_t* blk = plain + b * bb;
+    std::memcpy(blk, sup + scales + 2 * r, 2);
+    std::memset(blk + 2, 0, bb - 2);
     for (size_t e = 0; e < 32; ++e) {
-      const CodeAt p = plain_at(type, e), v = vnni_at(type, r, e);
-      const CodeAt from = to_plain ? v : p, to = to_plain ? p : v;
-      const std::uint8_t* in = src + (to_plain ? sup : blk);
-      std::uint8_t* out = dst + (to_plain ? blk : sup);
-      const unsigned code = ((in[from.byte] >> from.shift) & mask) ^ flip;
-      out[to.byte] = static_cast<std::uint8_t>(out[to.byte] | code << to.shift);
+      const CodeAt from = vnni_at(type, r, e), to = plain_at(type, e);
+      const unsigned code = ((sup[from.byte] >> from.shift) & mask) ^ flip;
+      blk[to.byte] = static_cast<std::uint8_t>(blk[to.byte] | code << to.shift);
     }
   }
 }
 
-// copy_vnni_row(..., to_plain = false) without the per-code arithmetic: each 4-code group is
-// one 32-bit word (Q8_0: the four sign bits flipped at once; Q4_0: two nibble words merged).
-// What a loader runs on every matrix it repacks (the generic form made a 5 GiB load 12 s slower).
+// Row `r` of a plain matrix into its 16-row group in the VNNI order: each 4-code group is one
+// 32-bit word (Q8_0: the four sign bits flipped at once; Q4_0: two nibble words merged). What
+// a loader runs on every matrix it repacks (a per-code form made a 5 GiB load 12 s slower).
 void to_vnni_row(Type type, size_t cols, size_t r, const std::uint8_t* src, std::uint8_t* dst) {
   const size_t bb = traits(type).block_bytes, blocks = cols / 32;
   const size_t scales = kVnniRows * (bb - 2);
@@ -196,7 +189,7 @@ void unpack_rows(const MatrixView& w, size_t first, size_t count, std::uint8_t* 
     if (row >= full) {
       std::memcpy(out, w.data.data() + row * rb, rb);
     } else if (w.vnni) {
-      copy_vnni_row(w.type, w.cols, row % r, w.data.data() + (row - row % r) * rb, out, true);
+      from_vnni_row(w.type, w.cols, row % r, w.data.data() + (row - row % r) * rb, out);
     } else {
       copy_group_row(w.type, w.cols, row % r, r, w.data.data() + (row - row % r) * rb, out, true);
     }
