@@ -65,6 +65,12 @@ inline constexpr std::size_t kQ3KHmask = offsetof(BlockQ3_K, hmask);
 inline constexpr std::size_t kQ3KQs = offsetof(BlockQ3_K, qs);
 inline constexpr std::size_t kQ3KScales = offsetof(BlockQ3_K, scales);
 inline constexpr std::size_t kQ3KD = offsetof(BlockQ3_K, d);
+
+// The K-quant super-blocks of the VNNI order (quant/repack.h): 16 rows' blocks, field by field.
+inline constexpr std::size_t kKVnniCodes = 0;  // 16 chunks of 64 bytes: the 2-bit codes
+inline constexpr std::size_t kQ2KVnniScales = 1024, kQ2KVnniD = 1280, kQ2KVnniDmin = 1312;
+inline constexpr std::size_t kQ3KVnniHigh = 1024, kQ3KVnniScales = 1536, kQ3KVnniD = 1728;
+static_assert(kQ2KVnniDmin + 32 == 16 * kQ2KBytes && kQ3KVnniD + 32 == 16 * kQ3KBytes);
 }  // namespace layout
 
 }  // namespace k3::quant

@@ -1274,17 +1274,17 @@ K3_512 void q2_k_tile(const MatrixView& w, size_t u0, size_t nu, const ActView& 
   }
 }
 
+// Q3_K: per block the exact integer sum T_b = sum_j sc_j ((u - 4) . x)_j (the 4 taken off
+// with the activation sums: T_b = S_b - 4 sum_j sc_j bsum_j), added in block order as
+// acc = fma(T_b, d dx, acc). The VNNI-order kernel adds the same integers in the same order, so
+// both layouts give the same bits at every batch size.
 template <int NA>
 K3_512 void row_q3_k_n(const MatrixView& w, size_t row, const ActView& a, size_t a0, float* y,
                        size_t ldy) {
   const uint8_t* p = block_row<kBlockK, layout::kQ3KBytes>(w, row);
   const size_t nb = a.blocks;
-  __m512 acc[NA];
-  __m256 accc[NA];
-  for (int i = 0; i < NA; ++i) {
-    acc[i] = _mm512_setzero_ps();
-    accc[i] = _mm256_setzero_ps();
-  }
+  __m128 acc[NA];
+  for (int i = 0; i < NA; ++i) acc[i] = _mm_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = p + layout::kQ3KBytes * b;
     prefetch(blk);
@@ -1297,16 +1297,279 @@ K3_512 void row_q3_k_n(const MatrixView& w, size_t row, const ActView& a, size_t
                            _mm512_castsi256_si512(sc16y), a, a0, b, sum);
     for (int i = 0; i < NA; ++i) {
       const size_t ab = (a0 + i) * nb + b;
-      const float ddx = d * a.d[ab];
-      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[i]), _mm512_set1_ps(ddx), acc[i]);
-      // u = weight + 4: the correction 4 * sum_j sc_j bsum_j.
-      const __m256i corr =
-          _mm256_slli_epi32(_mm256_madd_epi16(sc16y, load256(a.bsums + 16 * ab)), 2);
-      accc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_set1_ps(ddx), accc[i]);
+      const std::int32_t c = _mm512_reduce_add_epi32(
+          _mm512_zextsi256_si512(_mm256_madd_epi16(sc16y, load256(a.bsums + 16 * ab))));
+      const std::int32_t t = _mm512_reduce_add_epi32(sum[i]) - 4 * c;
+      acc[i] = _mm_fmadd_ss(_mm_cvtsi32_ss(_mm_setzero_ps(), t),
+                            _mm_mul_ss(_mm_set_ss(d), _mm_set_ss(a.d[ab])), acc[i]);
     }
   }
+  for (int i = 0; i < NA; ++i) y[(a0 + i) * ldy + row] = _mm_cvtss_f32(acc[i]);
+}
+
+// ------------------------------------------------------------------ K-quants in the VNNI order
+
+// One lane per weight row (quant/repack.h): a super-block's codes and scales are decoded once
+// for 16 rows, where the row kernels above decode them once per row and then reduce across
+// lanes. Per row and activation row the integers and the float steps are the row kernels'
+// (row_q2_k_n, row_q3_k_n), so a loader may repack without changing a bit.
+template <bool kQ3>
+inline constexpr size_t kKVnniSuper = 16 * (kQ3 ? layout::kQ3KBytes : layout::kQ2KBytes);
+
+// (m ? a : b) bit by bit.
+K3_512_INLINE __m512i select_bits(__m512i m, __m512i a, __m512i b) {
+  return _mm512_ternarylogic_epi32(a, b, m, 0xE4);
+}
+
+// The 8 pair words of a super-block: lane r, word w of pair p is sub-block 2p + w of row r.
+// Q2_K: the scales (sc) and the mins (mn); Q3_K: the signed scales (code - 32) in sc.
+template <bool kQ3>
+K3_512_INLINE void k_vnni_pairs(const uint8_t* sup, __m512i* sc, __m512i* mn) {
+  if constexpr (!kQ3) {
+    const __m512i m = _mm512_set1_epi32(0x000F000F);
+    for (int k = 0; k < 4; ++k) {
+      const __m512i z = load512(sup + layout::kQ2KVnniScales + 64 * k);
+      sc[2 * k] = _mm512_and_si512(z, m);
+      sc[2 * k + 1] = _mm512_and_si512(_mm512_srli_epi32(z, 8), m);
+      mn[2 * k] = _mm512_and_si512(_mm512_srli_epi32(z, 4), m);
+      mn[2 * k + 1] = _mm512_and_si512(_mm512_srli_epi32(z, 12), m);
+    }
+  } else {
+    const __m512i a = load512(sup + layout::kQ3KVnniScales);
+    const __m512i b = load512(sup + layout::kQ3KVnniScales + 64);
+    const __m512i c = load512(sup + layout::kQ3KVnniScales + 128);
+    const __m512i m = _mm512_set1_epi8(0x0f);
+    // S_k: byte i = the 6-bit v of sub-block 4k + {0, 2, 1, 3}[i] (bits 6-7 unused).
+    const __m512i s[4] = {
+        select_bits(m, a, _mm512_slli_epi16(c, 4)),
+        select_bits(m, _mm512_srli_epi16(a, 4), _mm512_slli_epi16(c, 2)),
+        select_bits(m, b, c),
+        select_bits(m, _mm512_srli_epi16(b, 4), _mm512_srli_epi16(c, 2)),
+    };
+    for (int k = 0; k < 4; ++k) {  // sign-extended 6-bit fields: v = code ^ 32 reads as code - 32
+      sc[2 * k] = _mm512_srai_epi16(_mm512_slli_epi16(s[k], 10), 10);
+      sc[2 * k + 1] = _mm512_srai_epi16(_mm512_slli_epi16(s[k], 2), 10);
+    }
+  }
+}
+
+K3_512_INLINE __m512i broadcast_pair(const std::int16_t* p) {
+  std::int32_t pair;
+  std::memcpy(&pair, p, sizeof pair);
+  return _mm512_set1_epi32(pair);
+}
+
+// The exact integers of super-block b for 16 weight rows and activation rows a0 .. a0 + NA - 1:
+// Q2_K s = S_b and m = M_b (row_q2_k_n), Q3_K s = T_b (row_q3_k_n; m unused).
+template <bool kQ3, int NA>
+K3_512_INLINE void k_vnni_sums(const uint8_t* sup, const ActView& a, size_t a0, size_t b,
+                               __m512i* s, __m512i* m) {
+  __m512i sc[8], mn[8];
+  k_vnni_pairs<kQ3>(sup, sc, mn);
+  const std::int8_t* x[NA];
+  for (int i = 0; i < NA; ++i) {
+    const size_t ab = (a0 + i) * a.blocks + b;
+    x[i] = a.qs + 256 * ab;
+    const std::int16_t* bs = a.bsums + 16 * ab;
+    m[i] = s[i] = _mm512_setzero_si512();
+    for (int p = 0; p < 8; ++p)
+      m[i] = _mm512_dpwssd_epi32(m[i], kQ3 ? sc[p] : mn[p], broadcast_pair(bs + 2 * p));
+  }
+  const __m512i m3 = _mm512_set1_epi8(3);
+  __m512i even[NA];
+#pragma GCC unroll 16
+  for (int t = 0; t < 16; ++t) {
+    const __m512i q = load512(sup + layout::kKVnniCodes + 64 * t);
+    __m512i u[4];
+    for (int j = 0; j < 4; ++j) u[j] = _mm512_and_si512(_mm512_srli_epi16(q, 2 * j), m3);
+    if constexpr (kQ3) {
+      for (int j = 0; j < 4; ++j) {
+        std::uint64_t bits;
+        std::memcpy(&bits, sup + layout::kQ3KVnniHigh + 8 * (4 * t + j), sizeof bits);
+        u[j] = _mm512_mask_add_epi8(u[j], _cvtu64_mask64(bits), u[j], _mm512_set1_epi8(4));
+      }
+    }
+    for (int i = 0; i < NA; ++i) {
+      __m512i part = _mm512_setzero_si512();  // (u . x) of sub-block t, |part| <= 16 * 7 * 128
+      for (int j = 0; j < 4; ++j)
+        part = _mm512_dpbusd_epi32(part, u[j], broadcast_quad(x[i] + 16 * t + 4 * j));
+      if (t % 2 == 0) {
+        even[i] = part;
+        continue;
+      }
+      const __m512i pair =
+          _mm512_mask_blend_epi16(0xAAAAAAAA, even[i], _mm512_slli_epi32(part, 16));
+      s[i] = _mm512_dpwssd_epi32(s[i], pair, sc[t / 2]);
+    }
+  }
+  if constexpr (kQ3) {
+    for (int i = 0; i < NA; ++i) s[i] = _mm512_sub_epi32(s[i], _mm512_slli_epi32(m[i], 2));
+  }
+}
+
+// Block b of 16 rows for activation rows a0 .. a0 + NA - 1 into the float accumulators (acc,
+// and accm for Q2_K's mins), as the row kernels do.
+template <bool kQ3, int NA>
+K3_512_INLINE void k_vnni_accumulate(const uint8_t* sup, const ActView& a, size_t a0, size_t b,
+                                     __m512* acc, __m512* accm) {
+  __m512i s[NA], m[NA];
+  k_vnni_sums<kQ3, NA>(sup, a, a0, b, s, m);
+  const __m512 d = _mm512_cvtph_ps(load256(sup + (kQ3 ? layout::kQ3KVnniD : layout::kQ2KVnniD)));
+  for (int i = 0; i < NA; ++i) {
+    const __m512 dx = _mm512_set1_ps(a.d[(a0 + i) * a.blocks + b]);
+    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i]), _mm512_mul_ps(d, dx), acc[i]);
+    if constexpr (!kQ3) {
+      const __m512 dmin = _mm512_cvtph_ps(load256(sup + layout::kQ2KVnniDmin));
+      accm[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m[i]), _mm512_mul_ps(dmin, dx), accm[i]);
+    }
+  }
+}
+
+template <bool kQ3>
+K3_512_INLINE __m512 k_vnni_finish(__m512 acc, __m512 accm) {
+  return kQ3 ? acc : _mm512_sub_ps(acc, accm);
+}
+
+#ifndef K3_KPF
+#define K3_KPF 4096
+#endif
+inline constexpr size_t kKVnniPrefetch = K3_KPF;
+
+// Batch 1 on S consecutive groups from g (stride gstride), S streams as vnni_gemv_groups.
+template <bool kQ3, size_t S>
+K3_512 void k_vnni_gemv_groups(const uint8_t* g, size_t gstride, const ActView& a, float* y) {
+  constexpr size_t kSuper = kKVnniSuper<kQ3>;
+  __m512 acc[S], accm[S];
+  for (size_t s = 0; s < S; ++s) acc[s] = accm[s] = _mm512_setzero_ps();
+  for (size_t b = 0; b < a.blocks; ++b) {
+    const size_t ahead = b * kSuper + kKVnniPrefetch;
+    const size_t jump = ahead >= gstride ? (S - 1) * gstride : 0;
+    for (size_t s = 0; s < S; ++s) {
+      const uint8_t* p = g + s * gstride + b * kSuper;
+      const char* pf = reinterpret_cast<const char*>(p) + kKVnniPrefetch + jump;
+      if constexpr (kKVnniPrefetch > 0)
+        for (size_t o = 0; o < kSuper; o += 64) _mm_prefetch(pf + o, _MM_HINT_T1);
+      k_vnni_accumulate<kQ3, 1>(p, a, 0, b, &acc[s], &accm[s]);
+    }
+  }
+  for (size_t s = 0; s < S; ++s) _mm512_storeu_ps(y + 16 * s, k_vnni_finish<kQ3>(acc[s], accm[s]));
+}
+
+template <bool kQ3, size_t S = kVnniStreams>
+K3_512_INLINE void k_vnni_gemv_dispatch(const uint8_t* g, size_t gstride, size_t groups,
+                                        const ActView& a, float* y) {
+  if constexpr (S > 1) {
+    if (groups < S) return k_vnni_gemv_dispatch<kQ3, S - 1>(g, gstride, groups, a, y);
+  }
+  k_vnni_gemv_groups<kQ3, S>(g, gstride, a, y);
+}
+
+// Batch n on one group, each block's codes decoded once for up to 4 activation rows.
+template <bool kQ3, int NA>
+K3_512 void k_vnni_gemm_group(const uint8_t* g, const ActView& a, size_t a0, float* y, size_t ldy) {
+  constexpr size_t kSuper = kKVnniSuper<kQ3>;
+  __m512 acc[NA], accm[NA];
+  for (int i = 0; i < NA; ++i) acc[i] = accm[i] = _mm512_setzero_ps();
+  for (size_t b = 0; b < a.blocks; ++b)
+    k_vnni_accumulate<kQ3, NA>(g + b * kSuper, a, a0, b, acc, accm);
   for (int i = 0; i < NA; ++i)
-    y[(a0 + i) * ldy + row] = _mm512_reduce_add_ps(acc[i]) - hsum256(accc[i]);
+    _mm512_storeu_ps(y + (a0 + i) * ldy, k_vnni_finish<kQ3>(acc[i], accm[i]));
+}
+
+// Q2_K in the VNNI order from kInterleaveMinRows activation rows on, on the interleaved
+// activations (one activation row per lane) as q2_k_rows16: per block the 16 weight rows' codes
+// are decoded once with their sub-block scale folded in (u * sc <= 45; one word multiply per 4
+// codes of 16 rows) and kept in the VNNI order, so a weight quad is one broadcast; then 4 weight
+// rows at a time against 16 activation rows. The integers and float steps are q2_k_rows16's.
+K3_512 void k_vnni_q2_rows16(const uint8_t* grp, const ActView& a, float* y, size_t ldy) {
+  constexpr size_t kSuper = kKVnniSuper<false>;
+  const size_t nb = a.blocks, nb32 = a.cols / 32;
+  const __m512i m3 = _mm512_set1_epi8(3), low_word = _mm512_set1_epi32(0xFFFF);
+  for (size_t g = 0; g < a.groups16; ++g) {
+    __m512 acc[16], accm[16];
+    for (int r = 0; r < 16; ++r) acc[r] = accm[r] = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; ++b) {
+      const uint8_t* sup = grp + b * kSuper;
+      alignas(64) uint8_t folded[64 * 64];  // quad q of row r at 64 q + 4 r
+      alignas(64) std::int32_t min_pairs[8][16];
+      __m512i sc[8], mn[8];
+      k_vnni_pairs<false>(sup, sc, mn);
+      for (int p = 0; p < 8; ++p) _mm512_store_si512(min_pairs[p], mn[p]);
+      for (int t = 0; t < 16; ++t) {
+        const __m512i q = load512(sup + layout::kKVnniCodes + 64 * t);
+        // sub-block t's scale in both words of each row's lane
+        const __m512i s1 =
+            t % 2 == 0 ? _mm512_and_si512(sc[t / 2], low_word) : _mm512_srli_epi32(sc[t / 2], 16);
+        const __m512i sw = _mm512_or_si512(s1, _mm512_slli_epi32(s1, 16));
+        for (int j = 0; j < 4; ++j) {
+          const __m512i u = _mm512_and_si512(_mm512_srli_epi16(q, 2 * j), m3);
+          _mm512_store_si512(folded + 64 * (4 * t + j), _mm512_mullo_epi16(u, sw));
+        }
+      }
+      const std::int8_t* xq = a.qs16 + (g * nb32 + 8 * b) * 512;
+      const std::int16_t* bs = a.bsums16 + (g * nb + b) * 8 * 32;
+      const __m512 dx = _mm512_loadu_ps(a.d16 + (g * nb + b) * 16);
+      for (int r0 = 0; r0 < 16; r0 += 4) {
+        __m512i even[4], odd[4];
+        for (int r = 0; r < 4; ++r) even[r] = odd[r] = _mm512_setzero_si512();
+        for (int q = 0; q < 64; q += 2) {  // quads of codes 4q .. 4q + 7
+          const __m512i x0 = load512(xq + 64 * q), x1 = load512(xq + 64 * (q + 1));
+          for (int r = 0; r < 4; ++r) {
+            const uint8_t* w = folded + 4 * (r0 + r);
+            even[r] = _mm512_dpbusd_epi32(
+                even[r], broadcast_quad(reinterpret_cast<const std::int8_t*>(w + 64 * q)), x0);
+            odd[r] = _mm512_dpbusd_epi32(
+                odd[r], broadcast_quad(reinterpret_cast<const std::int8_t*>(w + 64 * (q + 1))), x1);
+          }
+        }
+        for (int r = 0; r < 4; ++r) {
+          const int row = r0 + r;
+          __m512i msum = _mm512_setzero_si512();
+          for (int p = 0; p < 8; ++p)
+            msum = _mm512_dpwssd_epi32(msum, load512(bs + 32 * p),
+                                       _mm512_set1_epi32(min_pairs[p][row]));
+          const float d = _cvtsh_ss(load_u16(sup + layout::kQ2KVnniD + 2 * row));
+          const float dmin = _cvtsh_ss(load_u16(sup + layout::kQ2KVnniDmin + 2 * row));
+          const __m512i sum = _mm512_add_epi32(even[r], odd[r]);
+          acc[row] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(_mm512_set1_ps(d), dx),
+                                     acc[row]);
+          accm[row] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum),
+                                      _mm512_mul_ps(_mm512_set1_ps(dmin), dx), accm[row]);
+        }
+      }
+    }
+    const size_t lanes = std::min<size_t>(16, a.rows - 16 * g);
+    for (int r = 0; r < 16; ++r) {
+      alignas(64) float out[16];
+      _mm512_store_ps(out, _mm512_sub_ps(acc[r], accm[r]));
+      for (size_t l = 0; l < lanes; ++l) y[(16 * g + l) * ldy + r] = out[l];
+    }
+  }
+}
+
+// Rows [r0, r0 + nr) of a VNNI-order Q2_K/Q3_K view: whole groups, nr <= 16 * kVnniTileGroups.
+template <bool kQ3>
+K3_512 void k_vnni_tile(const MatrixView& w, size_t r0, size_t nr, const ActView& a, float* y,
+                        size_t ldy) {
+  const size_t gstride = a.blocks * kKVnniSuper<kQ3>;
+  const uint8_t* g0 = w.data.data() + r0 / 16 * gstride;
+  const size_t groups = nr / 16;
+  if (a.rows == 1) {
+    for (size_t s = 0; s < groups; s += kVnniStreams)
+      k_vnni_gemv_dispatch<kQ3>(g0 + s * gstride, gstride, std::min(kVnniStreams, groups - s), a,
+                                y + r0 + 16 * s);
+    return;
+  }
+  if (!kQ3 && a.bsums16 != nullptr) {
+    for (size_t s = 0; s < groups; ++s) k_vnni_q2_rows16(g0 + s * gstride, a, y + r0 + 16 * s, ldy);
+    return;
+  }
+  for (size_t s = 0; s < groups; ++s) {
+    float* out = y + r0 + 16 * s;
+    size_t a0 = 0;
+    for (; a0 + 4 <= a.rows; a0 += 4) k_vnni_gemm_group<kQ3, 4>(g0 + s * gstride, a, a0, out, ldy);
+    for (; a0 < a.rows; ++a0) k_vnni_gemm_group<kQ3, 1>(g0 + s * gstride, a, a0, out, ldy);
+  }
 }
 
 // ------------------------------------------------------------------ the table
@@ -1329,6 +1592,8 @@ KernelTable make_table() {
   t.repacked[static_cast<size_t>(Type::kMXFP4)] = repacked_tile<RMxfp4D, Type::kMXFP4>;
   t.vnni[static_cast<size_t>(Type::kQ8_0)] = vnni_tile<Type::kQ8_0>;
   t.vnni[static_cast<size_t>(Type::kQ4_0)] = vnni_tile<Type::kQ4_0>;
+  t.vnni[static_cast<size_t>(Type::kQ2_K)] = k_vnni_tile<false>;
+  t.vnni[static_cast<size_t>(Type::kQ3_K)] = k_vnni_tile<true>;
   return t;
 }
 

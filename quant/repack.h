@@ -39,10 +39,25 @@ bool can_repack(Type type);
 //         then the 16 f16 scales (256 + 32 = 16 x 18 bytes);
 //   Q8_0: 8 chunks of 64 bytes; in chunk k, byte 4r + j is code(4k + j) + 128 (as unsigned);
 //         then the 16 f16 scales (512 + 32 = 16 x 34 bytes).
+// The K-quants keep their bits per code but are regrouped so that a batch-1 kernel decodes a
+// block's codes and scales once for 16 rows (one lane per row) instead of once per row. Code e
+// of a 256-block is read through sub-block t = e / 16 and e = 16 t + 4 s + j (quad s, byte j):
+//   Q2_K (16 x 84 bytes): 16 code chunks of 64 bytes, in chunk t byte 4r + j of row r holding
+//         code(16t + 4s + j) at bits 2s..2s+1 (s = 0..3); 4 scale chunks, chunk k holding ggml's
+//         scale bytes 4k, 4k+2, 4k+1, 4k+3 of row r at 4r (so each 16-bit word pairs sub-blocks
+//         2p and 2p+1); the 16 f16 d; the 16 f16 dmin.
+//   Q3_K (16 x 110 bytes): the low 2 bits of the codes as Q2_K's; 64 high-bit masks of 8 bytes,
+//         one per quad q = 4t + s, bit 4r + j the high bit of row r's element 4q + j (a kernel
+//         loads it straight into a mask register); 3 scale
+//         chunks A, B, C of the 6-bit scales v = ggml's code XOR 32 (so a sign-extended 6-bit
+//         read gives the scale's value, code - 32): with S_k byte i = v(4k + {0, 2, 1, 3}[i]),
+//         A = lo4(S_0) | lo4(S_1) << 4, B = lo4(S_2) | lo4(S_3) << 4 and C = hi2(S_0) |
+//         hi2(S_1) << 2 | hi2(S_2) << 4 | hi2(S_3) << 6, byte by byte; the 16 f16 d.
+// The offsets of those fields are layout::kQ2KVnni* and kQ3KVnni* (quant/blocks.h).
 // The last rows % 16 rows follow in the plain layout; the byte count is unchanged.
 inline constexpr std::size_t kVnniRows = 16;
 
-// Types with a VNNI-order layout: Q8_0, Q4_0.
+// Types with a VNNI-order layout: Q8_0, Q4_0, Q2_K, Q3_K.
 bool can_repack_vnni(Type type);
 
 // Owns the repacked bytes of one matrix.
@@ -69,7 +84,7 @@ Repacked repack_vnni(const MatrixView& w);
 std::vector<std::uint8_t> unpack(const MatrixView& w);
 
 // Rows [first, first + count) of a view in the plain layout, written to dst
-// (count * row_bytes(w.type, w.cols) bytes), for a Q8_0/Q4_0/MXFP4 view, repacked or not.
+// (count * row_bytes(w.type, w.cols) bytes), for a view of a repackable type, repacked or not.
 void unpack_rows(const MatrixView& w, std::size_t first, std::size_t count, std::uint8_t* dst);
 
 }  // namespace k3::quant

@@ -160,15 +160,16 @@ void validate(const MatrixView& v) {
     throw InputError("quant: " + describe(v) + ": data has " + std::to_string(v.data.size()) +
                      " bytes, expected " + std::to_string(expected));
   }
-  if (v.interleave != 0 && (!can_repack(v.type) || v.interleave < 2 || v.interleave > 16)) {
+  if (v.vnni && (!can_repack_vnni(v.type) || v.interleave != kVnniRows)) {
+    throw InputError("quant: " + describe(v) +
+                     ": the VNNI order needs Q8_0, Q4_0, Q2_K or Q3_K rows interleaved by " +
+                     std::to_string(kVnniRows));
+  }
+  if (!v.vnni && v.interleave != 0 &&
+      (!can_repack(v.type) || v.interleave < 2 || v.interleave > 16)) {
     throw InputError("quant: " + describe(v) + ": rows interleaved by " +
                      std::to_string(v.interleave) +
                      " (only Q8_0, Q4_0 and MXFP4 can be repacked, by 2 to 16 rows)");
-  }
-  if (v.vnni && (!can_repack_vnni(v.type) || v.interleave != kVnniRows)) {
-    throw InputError("quant: " + describe(v) +
-                     ": the VNNI order needs Q8_0 or Q4_0 rows interleaved by " +
-                     std::to_string(kVnniRows));
   }
   const bool ct = v.type == Type::kMXFP4Packed;
   const bool ms = v.type == Type::kModelSlimInt8 || v.type == Type::kModelSlimInt4;

@@ -100,8 +100,8 @@ po::options_description describe(K3evalOptions& o) {
       ("fp32-activations", po::bool_switch(&o.fp32_activations),
        "dequantize weights once and multiply with fp32 activations (numerics debugging)")
       ("disable-weight-repack", po::bool_switch(&o.disable_weight_repack),
-       "keep every weight matrix as stored instead of copying Q8_0/Q4_0 matrices into the "
-       "16-row VNNI order on AVX-512 VNNI hosts (same results; saves the copy's memory where "
+       "keep every weight matrix as stored instead of copying Q8_0/Q4_0/Q2_K/Q3_K matrices "
+       "into the 16-row VNNI order on AVX-512 VNNI hosts (same results; saves the copy's memory where "
        "ranks on a node share a mapped checkpoint)")
       ("speculative-algorithm", po::value(&o.speculative_algorithm)->value_name("NAME"),
        "speculative decoding: dspark (a DSpark drafter proposes a block of tokens, the model "

@@ -49,10 +49,10 @@ struct EngineOptions {
   // synthetic wide and full presets: 163840 rows, a 4352-token vocabulary).
   std::size_t sampled_vocabulary = 0;
   // Matrices the engine multiplies in int8 mode are copied once into the 16-row VNNI order
-  // where this CPU has kernels for it (Q8_0 and Q4_0 on AVX-512 VNNI; Linear::repacked): same
-  // bits, faster batch-1 GEMV. A copy of mapped checkpoint bytes replaces them in the resident
-  // set, but ranks on one node no longer share those pages through the page cache. Off
-  // (k3eval --disable-weight-repack): every matrix as stored.
+  // where this CPU has kernels for it (Q8_0, Q4_0, Q2_K and Q3_K on AVX-512 VNNI;
+  // Linear::repacked): same bits, faster batch-1 GEMV. A copy of mapped checkpoint bytes replaces
+  // them in the resident set, but ranks on one node no longer share those pages through the page
+  // cache. Off (k3eval --disable-weight-repack): every matrix as stored.
   bool repack_weights = true;
 };
 

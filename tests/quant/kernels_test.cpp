@@ -206,8 +206,8 @@ TEST(QuantKernels, EveryActivationRowIsTheSameAtAnyBatchSize) {
     if (can_repack(f.type)) {
       for (std::size_t g : {std::size_t{4}, std::size_t{8}})
         packed.emplace_back(" by " + std::to_string(g), repack(m.view(), g));
-      if (can_repack_vnni(f.type)) packed.emplace_back(" VNNI", repack_vnni(m.view()));
     }
+    if (can_repack_vnni(f.type)) packed.emplace_back(" VNNI", repack_vnni(m.view()));
     std::vector<std::pair<std::string, MatrixView>> views = {{"", m.view()}};
     for (const auto& [label, p] : packed) views.emplace_back(label, p.view());
     const std::vector<float> x = heavy_tailed(rng, 64 * cols);

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "quant/activations.h"
 #include "common/error.h"
+#include "quant/activations.h"
 #include "quant/kernels.h"
 #include "quant/quantize.h"
 #include "quant/reference.h"
@@ -26,7 +26,7 @@ namespace {
 using testing::heavy_tailed;
 using testing::random_bytes;
 
-const Type kTypes[] = {Type::kQ8_0, Type::kQ4_0, Type::kMXFP4};
+const Type kTypes[] = {Type::kQ8_0, Type::kQ4_0, Type::kMXFP4, Type::kQ2_K, Type::kQ3_K};
 
 // A repacked layout under test: by `rows` rows with the block fields unchanged (repack), or
 // the 16-row VNNI order (repack_vnni).
@@ -39,11 +39,16 @@ Repacked repack_as(const MatrixView& w, Layout l) {
   return l.vnni ? repack_vnni(w) : repack(w, l.rows);
 }
 
+// The K-quants have the VNNI order only.
 std::vector<Layout> layouts(Type t) {
-  std::vector<Layout> out = {{2}, {4}, {8}, {16}};
+  std::vector<Layout> out;
+  if (can_repack(t)) out = {{2}, {4}, {8}, {16}};
   if (can_repack_vnni(t)) out.push_back({kVnniRows, true});
   return out;
 }
+
+// A row length of nb blocks.
+std::size_t cols_of(Type t, std::size_t nb) { return traits(t).row_multiple * nb; }
 
 std::string where(Type t, std::size_t rows, std::size_t cols, Layout l) {
   return std::string(name(t)) + " [" + std::to_string(rows) + " x " + std::to_string(cols) +
@@ -59,11 +64,11 @@ TEST(QuantRepack, RoundTripAnyBytes) {
   std::mt19937_64 rng(11);
   std::uniform_int_distribution<std::size_t> rows_d(0, 21), nb_d(1, 9);
   for (Type t : kTypes) {
-    ASSERT_TRUE(can_repack(t));
+    ASSERT_TRUE(can_repack(t) || can_repack_vnni(t));
     for (const Layout l : layouts(t)) {
       const std::size_t r = l.rows;
       for (int trial = 0; trial < 4; ++trial) {
-        const std::size_t rows = trial == 0 ? r : rows_d(rng), cols = 32 * nb_d(rng);
+        const std::size_t rows = trial == 0 ? r : rows_d(rng), cols = cols_of(t, nb_d(rng));
         MatrixView w;
         w.type = t;
         w.rows = rows;
@@ -87,8 +92,8 @@ TEST(QuantRepack, RoundTripAnyBytes) {
         const std::size_t full = rows / r * r;
         for (std::size_t first = 0; first < rows; ++first) {
           for (std::size_t count = 1; first + count <= rows; ++count) {
-            const bool ok = first >= full ||
-                            (first % r == 0 && (count % r == 0 || first + count >= full));
+            const bool ok =
+                first >= full || (first % r == 0 && (count % r == 0 || first + count >= full));
             if (!ok) {
               EXPECT_THROW(row_slice(v, first, count), InputError);
               continue;
@@ -134,14 +139,15 @@ TEST(QuantRepack, KernelsMatchScalarOnPlain) {
     // Shapes 0-3 by kRepackRows (3: by 8, the unpacking fallback); with the VNNI order also
     // shapes 0-2 and more than one batch-1 tile of kVnniTileGroups groups (4: 9 groups and 5
     // plain rows, 5: exactly 8 groups).
-    std::vector<std::pair<int, Layout>> cases = {
-        {0, {kRepackRows}}, {1, {kRepackRows}}, {2, {kRepackRows}}, {3, {8}}};
+    std::vector<std::pair<int, Layout>> cases;
+    if (can_repack(t))
+      cases = {{0, {kRepackRows}}, {1, {kRepackRows}}, {2, {kRepackRows}}, {3, {8}}};
     if (can_repack_vnni(t)) {
       for (int shape : {0, 1, 2, 4, 5}) cases.push_back({shape, {kVnniRows, true}});
     }
     for (const auto& [shape, l] : cases) {
       const std::size_t rows = shape == 0 ? 8 : shape == 4 ? 149 : shape == 5 ? 128 : rows_d(rng);
-      const std::size_t cols = shape == 1 ? 32 : 32 * nb_d(rng);
+      const std::size_t cols = cols_of(t, shape == 1 ? 1 : nb_d(rng));
       const std::vector<float> wf = heavy_tailed(rng, rows * cols);
       const QuantizedMatrix m = quantize(t, wf, rows, cols);
       const Repacked p = repack_as(m.view(), l);
@@ -174,8 +180,8 @@ TEST(QuantRepack, KernelsMatchScalarOnPlain) {
           }
           for (std::size_t k = 0; k < y.size(); ++k) {
             ASSERT_NEAR(y[k], ref[k], tol[k])
-                << where(t, rows, cols, l) << " " << name(isa) << " n=" << n << " row "
-                << k % rows << " act " << k / rows;
+                << where(t, rows, cols, l) << " " << name(isa) << " n=" << n << " row " << k % rows
+                << " act " << k / rows;
           }
         }
       }
@@ -189,10 +195,10 @@ TEST(QuantRepack, KernelsMatchScalarOnPlain) {
 // and without a tail of 1-3 blocks, and rows past the last whole group.
 TEST(QuantRepack, VnniOrderGivesThePlainLayoutsBits) {
   std::mt19937_64 rng(19);
-  for (Type t : {Type::kQ8_0, Type::kQ4_0}) {
-    for (const auto& [rows, nb] : {std::pair<std::size_t, std::size_t>{128, 4}, {149, 13},
-                                   {203, 6}, {16, 1}, {272, 7}}) {
-      const std::size_t cols = 32 * nb;
+  for (Type t : {Type::kQ8_0, Type::kQ4_0, Type::kQ2_K, Type::kQ3_K}) {
+    for (const auto& [rows, nb] :
+         {std::pair<std::size_t, std::size_t>{128, 4}, {149, 13}, {203, 6}, {16, 1}, {272, 7}}) {
+      const std::size_t cols = cols_of(t, nb);
       const QuantizedMatrix m = quantize(t, heavy_tailed(rng, rows * cols), rows, cols);
       const Repacked p = repack_vnni(m.view());
       const std::string what = where(t, rows, cols, {kVnniRows, true});
@@ -216,7 +222,7 @@ TEST(QuantRepack, GemvDotAndThreadsAgree) {
   const std::size_t rows = 203, cols = 512;
   for (Type t : kTypes) {
     for (const Layout l : {Layout{kRepackRows}, Layout{kVnniRows, true}}) {
-      if (l.vnni && !can_repack_vnni(t)) continue;
+      if (l.vnni ? !can_repack_vnni(t) : !can_repack(t)) continue;
       const std::string what = where(t, rows, cols, l);
       const std::vector<float> wf = heavy_tailed(rng, rows * cols);
       const QuantizedMatrix m = quantize(t, wf, rows, cols);
@@ -294,13 +300,78 @@ TEST(QuantRepack, VnniOrderIsTheDocumentedOne) {
         for (std::size_t j = 0; j < 4; ++j) {
           if (t == Type::kQ8_0) {
             for (std::size_t k = 0; k < 8; ++k)
-              EXPECT_EQ(sup[64 * k + 4 * r + j], static_cast<std::uint8_t>(q8_value(r, b, 4 * k + j) + 128))
+              EXPECT_EQ(sup[64 * k + 4 * r + j],
+                        static_cast<std::uint8_t>(q8_value(r, b, 4 * k + j) + 128))
                   << "Q8_0 block " << b << " row " << r << " element " << 4 * k + j;
           } else {
             for (std::size_t c = 0; c < 4; ++c)
-              EXPECT_EQ(sup[64 * c + 4 * r + j], q4_code(r, b, 8 * c + j) | q4_code(r, b, 8 * c + 4 + j) << 4)
+              EXPECT_EQ(sup[64 * c + 4 * r + j],
+                        q4_code(r, b, 8 * c + j) | q4_code(r, b, 8 * c + 4 + j) << 4)
                   << "Q4_0 block " << b << " row " << r << " chunk " << c << " byte " << j;
           }
+        }
+      }
+    }
+  }
+}
+
+// The K-quants' VNNI order, field by field as quant/repack.h documents it, against ggml's
+// block layout read element by element, on random bytes (every bit pattern is a valid block).
+TEST(QuantRepack, KQuantVnniOrderIsTheDocumentedOne) {
+  std::mt19937_64 rng(23);
+  const std::size_t rows = kVnniRows, blocks = 2, cols = 256 * blocks;
+  for (Type t : {Type::kQ2_K, Type::kQ3_K}) {
+    const bool q3 = t == Type::kQ3_K;
+    const std::size_t bb = traits(t).block_bytes;
+    const std::vector<std::uint8_t> plain = random_bytes(rng, rows * blocks * bb);
+    MatrixView w;
+    w.type = t;
+    w.rows = rows;
+    w.cols = cols;
+    w.data = plain;
+    const Repacked p = repack_vnni(w);
+    // ggml: element e = 128 h + 32 s + l has its low bits in qs[32 h + l] >> 2 s and (Q3_K)
+    // its high bit in hmask[e % 32] >> (e / 32); Q3_K scale j is 6 bits, low nibble in
+    // scales[j % 8] (>> 4 from j = 8), top bits in scales[8 + j % 4] >> 2 (j / 4).
+    const std::size_t qs_at = q3 ? 32 : 16, d_at = q3 ? 108 : 80;
+    for (std::size_t b = 0; b < blocks; ++b) {
+      const std::uint8_t* sup = p.data.data() + b * rows * bb;
+      for (std::size_t r = 0; r < rows; ++r) {
+        const std::uint8_t* blk = plain.data() + (r * blocks + b) * bb;
+        const std::string at =
+            std::string(name(t)) + " block " + std::to_string(b) + " row " + std::to_string(r);
+        for (std::size_t e = 0; e < 256; ++e) {
+          const std::size_t tq = e / 16, s = e % 16 / 4, j = e % 4;
+          const unsigned low = (blk[qs_at + 32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3;
+          ASSERT_EQ((sup[64 * tq + 4 * r + j] >> (2 * s)) & 3, low) << at << " element " << e;
+          if (!q3) continue;
+          const unsigned high = (blk[e % 32] >> (e / 32)) & 1;
+          // quad q = e / 4, bit 4r + j of its 8-byte mask
+          const std::size_t bit = 4 * r + j;
+          ASSERT_EQ((sup[1024 + 8 * (e / 4) + bit / 8] >> (bit % 8)) & 1, high)
+              << at << " element " << e;
+        }
+        const std::size_t order[4] = {0, 2, 1, 3};
+        for (std::size_t k = 0; k < 4; ++k) {
+          for (std::size_t i = 0; i < 4; ++i) {
+            const std::size_t jb = 4 * k + order[i];
+            if (!q3) {
+              EXPECT_EQ(sup[1024 + 64 * k + 4 * r + i], blk[jb]) << at << " scale " << jb;
+              continue;
+            }
+            const unsigned code = ((jb < 8 ? blk[96 + jb] & 15 : blk[96 + jb - 8] >> 4) |
+                                   ((blk[104 + jb % 4] >> (2 * (jb / 4))) & 3) << 4);
+            const unsigned v = code ^ 32;
+            const std::uint8_t ab = sup[1536 + (k < 2 ? 0 : 64) + 4 * r + i];
+            const std::uint8_t c = sup[1536 + 128 + 4 * r + i];
+            EXPECT_EQ((ab >> (4 * (k % 2))) & 15, v & 15) << at << " scale " << jb;
+            EXPECT_EQ((c >> (2 * k)) & 3, v >> 4) << at << " scale " << jb;
+          }
+        }
+        const std::size_t d_vnni = q3 ? 1728 : 1280;
+        EXPECT_EQ(std::memcmp(sup + d_vnni + 2 * r, blk + d_at, 2), 0) << at << " d";
+        if (!q3) {
+          EXPECT_EQ(std::memcmp(sup + 1312 + 2 * r, blk + 82, 2), 0) << at << " dmin";
         }
       }
     }
@@ -327,11 +398,12 @@ TEST(QuantRepack, VnniRejectsWhatItCannotHold) {
   // The messages name the matrix and what the VNNI order needs.
   const std::string mx_msg = testing::input_error_of([&] { repack_vnni(mx.view()); });
   EXPECT_NE(mx_msg.find("MXFP4 [16 x 64]"), std::string::npos) << mx_msg;
-  EXPECT_NE(mx_msg.find("Q8_0 and Q4_0 only"), std::string::npos) << mx_msg;
+  EXPECT_NE(mx_msg.find("Q8_0, Q4_0, Q2_K and Q3_K only"), std::string::npos) << mx_msg;
   const std::string again = testing::input_error_of([&] { repack_vnni(p.view()); });
   EXPECT_NE(again.find("already repacked"), std::string::npos) << again;
   const std::string flag = testing::input_error_of([&] { validate(bad_type); });
-  EXPECT_NE(flag.find("VNNI order needs Q8_0 or Q4_0 rows interleaved by 16"), std::string::npos)
+  EXPECT_NE(flag.find("VNNI order needs Q8_0, Q4_0, Q2_K or Q3_K rows interleaved by 16"),
+            std::string::npos)
       << flag;
 }
 

@@ -184,8 +184,9 @@ TEST_P(EngineTest, ThreadCountDoesNotChangeABit) {
         << "position " << t;
 }
 
-// Repacking the Q8_0/Q4_0 matrices at load (EngineOptions::repack_weights, on by default)
-// changes no bit of any logit, prefill or decode (the tiny GGUF holds 72 Q8_0 tensors).
+// Repacking the Q8_0/Q4_0/Q2_K/Q3_K matrices at load (EngineOptions::repack_weights, on by
+// default) changes no bit of any logit, prefill or decode (the tiny GGUF holds 72 Q8_0 tensors
+// and its routed experts are Q2_K and Q3_K).
 TEST_P(EngineTest, RepackedWeightsChangeNoBit) {
   EngineOptions stored;
   stored.repack_weights = false;

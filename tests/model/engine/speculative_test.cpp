@@ -6,9 +6,9 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <random>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 
 #include "dist/groups.h"
@@ -103,7 +103,7 @@ struct Outcome {
 // One request through a generator; `stop_after`: a stop string matches once that many tokens
 // were generated (the on_token callback says stop).
 Outcome generate_one(Engine& engine, const std::vector<std::int32_t>& prompt, std::size_t max_new,
-                 DraftSource* drafter, std::size_t stop_after = 0) {
+                     DraftSource* drafter, std::size_t stop_after = 0) {
   GeneratorOptions g;
   g.max_running_requests = 1;
   g.drafter = drafter;
@@ -276,13 +276,15 @@ TEST(Linear, RequantizedKeepsTheProductWithinQ8Rounding) {
   }
 }
 
-// Q8_0/Q4_0 matrices copied into the VNNI order (Linear::repacked) where this CPU has kernels
-// for it: every product keeps the stored matrix's bits, at batch 1 (the GEMV), 3 (row kernels)
-// and 16 (the GEMM tile); matrices without a whole 16-row group or of other types stay as stored.
+// Q8_0/Q4_0/Q2_K/Q3_K matrices copied into the VNNI order (Linear::repacked) where this CPU has
+// kernels for it: every product keeps the stored matrix's bits, at batch 1 (the GEMV), 3 (row
+// kernels) and 16 (the GEMM tile); matrices without a whole 16-row group or of other types (MXFP4)
+// stay as stored.
 TEST(Linear, RepackedGivesTheStoredBits) {
   std::mt19937 rng(6);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (const quant::Type type : {quant::Type::kQ8_0, quant::Type::kQ4_0, quant::Type::kQ2_K}) {
+  for (const quant::Type type : {quant::Type::kQ8_0, quant::Type::kQ4_0, quant::Type::kQ2_K,
+                                 quant::Type::kQ3_K, quant::Type::kMXFP4}) {
     for (const std::size_t rows : {std::size_t{15}, std::size_t{48}, std::size_t{149}}) {
       const std::size_t cols = 512;
       std::vector<float> w(rows * cols);
