@@ -968,7 +968,10 @@ K3_512 void vnni_tile(const MatrixView& w, size_t r0, size_t nr, const ActView& 
     float* out = y + r0 + 16 * s;
     size_t a0 = 0;
     for (; a0 + 4 <= a.rows; a0 += 4) vnni_gemm_group<T, 4>(g0 + s * gstride, a, a0, out, ldy);
-    for (; a0 < a.rows; ++a0) vnni_gemm_group<T, 1>(g0 + s * gstride, a, a0, out, ldy);
+    // The last 1-3 rows in one pass over the group's codes.
+    if (a.rows - a0 == 3) vnni_gemm_group<T, 3>(g0 + s * gstride, a, a0, out, ldy);
+    if (a.rows - a0 == 2) vnni_gemm_group<T, 2>(g0 + s * gstride, a, a0, out, ldy);
+    if (a.rows - a0 == 1) vnni_gemm_group<T, 1>(g0 + s * gstride, a, a0, out, ldy);
   }
 }
 
@@ -1596,7 +1599,10 @@ K3_512 void k_vnni_tile(const MatrixView& w, size_t r0, size_t nr, const ActView
     float* out = y + r0 + 16 * s;
     size_t a0 = 0;
     for (; a0 + 4 <= a.rows; a0 += 4) k_vnni_gemm_group<kQ3, 4>(g0 + s * gstride, a, a0, out, ldy);
-    for (; a0 < a.rows; ++a0) k_vnni_gemm_group<kQ3, 1>(g0 + s * gstride, a, a0, out, ldy);
+    // The last 1-3 rows in one pass over the group's codes.
+    if (a.rows - a0 == 3) k_vnni_gemm_group<kQ3, 3>(g0 + s * gstride, a, a0, out, ldy);
+    if (a.rows - a0 == 2) k_vnni_gemm_group<kQ3, 2>(g0 + s * gstride, a, a0, out, ldy);
+    if (a.rows - a0 == 1) k_vnni_gemm_group<kQ3, 1>(g0 + s * gstride, a, a0, out, ldy);
   }
 }
 
