@@ -942,39 +942,6 @@ K3_512 void vnni_gemm_group(const uint8_t* g, const ActView& a, size_t a0, float
   for (int i = 0; i < NA; ++i) _mm512_storeu_ps(y + (a0 + i) * ldy, vnni_finish(acc[i]));
 }
 
-template <Type T, size_t S = kVnniStreams>
-K3_512_INLINE void vnni_gemv_dispatch(const uint8_t* g, size_t gstride, size_t groups,
-                                      const ActView& a, float* y) {
-  if constexpr (S > 1) {
-    if (groups < S) return vnni_gemv_dispatch<T, S - 1>(g, gstride, groups, a, y);
-  }
-  vnni_gemv_groups<T, S>(g, gstride, a, y);
-}
-
-// Rows [r0, r0 + nr) of a VNNI-order view: whole groups, nr <= 16 * kVnniTileGroups.
-template <Type T>
-K3_512 void vnni_tile(const MatrixView& w, size_t r0, size_t nr, const ActView& a, float* y,
-                      size_t ldy) {
-  const size_t gstride = a.blocks * kVnniSuper<T>;
-  const uint8_t* g0 = w.data.data() + r0 / 16 * gstride;
-  const size_t groups = nr / 16;
-  if (a.rows == 1) {
-    for (size_t s = 0; s < groups; s += kVnniStreams)
-      vnni_gemv_dispatch<T>(g0 + s * gstride, gstride, std::min(kVnniStreams, groups - s), a,
-                            y + r0 + 16 * s);
-    return;
-  }
-  for (size_t s = 0; s < groups; ++s) {
-    float* out = y + r0 + 16 * s;
-    size_t a0 = 0;
-    for (; a0 + 4 <= a.rows; a0 += 4) vnni_gemm_group<T, 4>(g0 + s * gstride, a, a0, out, ldy);
-    // The last 1-3 rows in one pass over the group's codes.
-    if (a.rows - a0 == 3) vnni_gemm_group<T, 3>(g0 + s * gstride, a, a0, out, ldy);
-    if (a.rows - a0 == 2) vnni_gemm_group<T, 2>(g0 + s * gstride, a, a0, out, ldy);
-    if (a.rows - a0 == 1) vnni_gemm_group<T, 1>(g0 + s * gstride, a, a0, out, ldy);
-  }
-}
-
 // ModelSlim int8: y = scale * (sum_b dx_b ((q + 128) . qx - 128 isum)_b - offset * sum(x)), the
 // 128 * isum correction in integers (block_sums4): with per-channel scales most codes are
 // small, and a float correction would cancel badly. MsInt8D::finish applies scale and offset.
@@ -1486,15 +1453,6 @@ K3_512 void k_vnni_gemv_groups(const uint8_t* g, size_t gstride, const ActView& 
   for (size_t s = 0; s < S; ++s) _mm512_storeu_ps(y + 16 * s, k_vnni_finish<kQ3>(acc[s], accm[s]));
 }
 
-template <bool kQ3, size_t S = kVnniStreams>
-K3_512_INLINE void k_vnni_gemv_dispatch(const uint8_t* g, size_t gstride, size_t groups,
-                                        const ActView& a, float* y) {
-  if constexpr (S > 1) {
-    if (groups < S) return k_vnni_gemv_dispatch<kQ3, S - 1>(g, gstride, groups, a, y);
-  }
-  k_vnni_gemv_groups<kQ3, S>(g, gstride, a, y);
-}
-
 // Batch n on one group, each block's codes decoded once for up to 4 activation rows.
 template <bool kQ3, int NA>
 K3_512 void k_vnni_gemm_group(const uint8_t* g, const ActView& a, size_t a0, float* y, size_t ldy) {
@@ -1578,31 +1536,80 @@ K3_512 void k_vnni_q2_rows16(const uint8_t* grp, const ActView& a, float* y, siz
   }
 }
 
-// Rows [r0, r0 + nr) of a VNNI-order Q2_K/Q3_K view: whole groups, nr <= 16 * kVnniTileGroups.
+// ------------------------------------------------------------------ VNNI-order tiles
+
+// One VNNI-order family for the tile driver below: its super-block bytes, the batch-1 kernel on
+// S groups side by side, the batch-n kernel on one group (NA activation rows per pass) and,
+// where there is one, a path for the 16-row interleaved activations (Q2_K).
+template <Type T>
+struct VnniFamily {
+  static constexpr size_t kSuper = kVnniSuper<T>;
+  template <size_t S>
+  K3_512_INLINE static void gemv(const uint8_t* g, size_t gstride, const ActView& a, float* y) {
+    vnni_gemv_groups<T, S>(g, gstride, a, y);
+  }
+  template <int NA>
+  K3_512_INLINE static void group(const uint8_t* g, const ActView& a, size_t a0, float* y,
+                                  size_t ldy) {
+    vnni_gemm_group<T, NA>(g, a, a0, y, ldy);
+  }
+  static bool interleaved(const ActView&) { return false; }
+  static void group16(const uint8_t*, const ActView&, float*, size_t) {}
+};
+
 template <bool kQ3>
-K3_512 void k_vnni_tile(const MatrixView& w, size_t r0, size_t nr, const ActView& a, float* y,
-                        size_t ldy) {
-  const size_t gstride = a.blocks * kKVnniSuper<kQ3>;
+struct KVnniFamily {
+  static constexpr size_t kSuper = kKVnniSuper<kQ3>;
+  template <size_t S>
+  K3_512_INLINE static void gemv(const uint8_t* g, size_t gstride, const ActView& a, float* y) {
+    k_vnni_gemv_groups<kQ3, S>(g, gstride, a, y);
+  }
+  template <int NA>
+  K3_512_INLINE static void group(const uint8_t* g, const ActView& a, size_t a0, float* y,
+                                  size_t ldy) {
+    k_vnni_gemm_group<kQ3, NA>(g, a, a0, y, ldy);
+  }
+  static bool interleaved(const ActView& a) { return !kQ3 && a.bsums16 != nullptr; }
+  K3_512_INLINE static void group16(const uint8_t* g, const ActView& a, float* y, size_t ldy) {
+    if constexpr (!kQ3) k_vnni_q2_rows16(g, a, y, ldy);
+  }
+};
+
+template <class F, size_t S = kVnniStreams>
+K3_512_INLINE void vnni_gemv_dispatch(const uint8_t* g, size_t gstride, size_t groups,
+                                      const ActView& a, float* y) {
+  if constexpr (S > 1) {
+    if (groups < S) return vnni_gemv_dispatch<F, S - 1>(g, gstride, groups, a, y);
+  }
+  F::template gemv<S>(g, gstride, a, y);
+}
+
+// Rows [r0, r0 + nr) of a VNNI-order view: whole groups, nr <= 16 * kVnniTileGroups.
+template <class F>
+K3_512 void vnni_tile(const MatrixView& w, size_t r0, size_t nr, const ActView& a, float* y,
+                      size_t ldy) {
+  const size_t gstride = a.blocks * F::kSuper;
   const uint8_t* g0 = w.data.data() + r0 / 16 * gstride;
   const size_t groups = nr / 16;
   if (a.rows == 1) {
     for (size_t s = 0; s < groups; s += kVnniStreams)
-      k_vnni_gemv_dispatch<kQ3>(g0 + s * gstride, gstride, std::min(kVnniStreams, groups - s), a,
-                                y + r0 + 16 * s);
-    return;
-  }
-  if (!kQ3 && a.bsums16 != nullptr) {
-    for (size_t s = 0; s < groups; ++s) k_vnni_q2_rows16(g0 + s * gstride, a, y + r0 + 16 * s, ldy);
+      vnni_gemv_dispatch<F>(g0 + s * gstride, gstride, std::min(kVnniStreams, groups - s), a,
+                            y + r0 + 16 * s);
     return;
   }
   for (size_t s = 0; s < groups; ++s) {
+    const uint8_t* g = g0 + s * gstride;
     float* out = y + r0 + 16 * s;
+    if (F::interleaved(a)) {
+      F::group16(g, a, out, ldy);
+      continue;
+    }
     size_t a0 = 0;
-    for (; a0 + 4 <= a.rows; a0 += 4) k_vnni_gemm_group<kQ3, 4>(g0 + s * gstride, a, a0, out, ldy);
+    for (; a0 + 4 <= a.rows; a0 += 4) F::template group<4>(g, a, a0, out, ldy);
     // The last 1-3 rows in one pass over the group's codes.
-    if (a.rows - a0 == 3) k_vnni_gemm_group<kQ3, 3>(g0 + s * gstride, a, a0, out, ldy);
-    if (a.rows - a0 == 2) k_vnni_gemm_group<kQ3, 2>(g0 + s * gstride, a, a0, out, ldy);
-    if (a.rows - a0 == 1) k_vnni_gemm_group<kQ3, 1>(g0 + s * gstride, a, a0, out, ldy);
+    if (a.rows - a0 == 3) F::template group<3>(g, a, a0, out, ldy);
+    if (a.rows - a0 == 2) F::template group<2>(g, a, a0, out, ldy);
+    if (a.rows - a0 == 1) F::template group<1>(g, a, a0, out, ldy);
   }
 }
 
@@ -1624,10 +1631,10 @@ KernelTable make_table() {
   t.repacked[static_cast<size_t>(Type::kQ8_0)] = repacked_tile<RQ8_0D, Type::kQ8_0>;
   t.repacked[static_cast<size_t>(Type::kQ4_0)] = repacked_tile<RQ4_0D, Type::kQ4_0>;
   t.repacked[static_cast<size_t>(Type::kMXFP4)] = repacked_tile<RMxfp4D, Type::kMXFP4>;
-  t.vnni[static_cast<size_t>(Type::kQ8_0)] = vnni_tile<Type::kQ8_0>;
-  t.vnni[static_cast<size_t>(Type::kQ4_0)] = vnni_tile<Type::kQ4_0>;
-  t.vnni[static_cast<size_t>(Type::kQ2_K)] = k_vnni_tile<false>;
-  t.vnni[static_cast<size_t>(Type::kQ3_K)] = k_vnni_tile<true>;
+  t.vnni[static_cast<size_t>(Type::kQ8_0)] = vnni_tile<VnniFamily<Type::kQ8_0>>;
+  t.vnni[static_cast<size_t>(Type::kQ4_0)] = vnni_tile<VnniFamily<Type::kQ4_0>>;
+  t.vnni[static_cast<size_t>(Type::kQ2_K)] = vnni_tile<KVnniFamily<false>>;
+  t.vnni[static_cast<size_t>(Type::kQ3_K)] = vnni_tile<KVnniFamily<true>>;
   return t;
 }
 
