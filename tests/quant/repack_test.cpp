@@ -50,6 +50,17 @@ std::vector<Layout> layouts(Type t) {
 // A row length of nb blocks.
 std::size_t cols_of(Type t, std::size_t nb) { return traits(t).row_multiple * nb; }
 
+// A plain view of `bytes` (which the caller keeps alive).
+MatrixView plain_view(Type t, std::size_t rows, std::size_t cols,
+                      const std::vector<std::uint8_t>& bytes) {
+  MatrixView w;
+  w.type = t;
+  w.rows = rows;
+  w.cols = cols;
+  w.data = bytes;
+  return w;
+}
+
 std::string where(Type t, std::size_t rows, std::size_t cols, Layout l) {
   return std::string(name(t)) + " [" + std::to_string(rows) + " x " + std::to_string(cols) +
          "] by " + std::to_string(l.rows) + (l.vnni ? " (VNNI order)" : "");
@@ -69,12 +80,8 @@ TEST(QuantRepack, RoundTripAnyBytes) {
       const std::size_t r = l.rows;
       for (int trial = 0; trial < 4; ++trial) {
         const std::size_t rows = trial == 0 ? r : rows_d(rng), cols = cols_of(t, nb_d(rng));
-        MatrixView w;
-        w.type = t;
-        w.rows = rows;
-        w.cols = cols;
         const std::vector<std::uint8_t> bytes = random_bytes(rng, data_bytes(t, rows, cols));
-        w.data = bytes;
+        const MatrixView w = plain_view(t, rows, cols, bytes);
         const Repacked p = repack_as(w, l);
         const MatrixView v = p.view();
         EXPECT_EQ(v.interleave, r);
@@ -285,12 +292,7 @@ TEST(QuantRepack, VnniOrderIsTheDocumentedOne) {
         }
       }
     }
-    MatrixView w;
-    w.type = t;
-    w.rows = rows;
-    w.cols = cols;
-    w.data = plain;
-    const Repacked p = repack_vnni(w);
+    const Repacked p = repack_vnni(plain_view(t, rows, cols, plain));
     const std::size_t payload = t == Type::kQ8_0 ? 512 : 256;
     for (std::size_t b = 0; b < 2; ++b) {
       const std::uint8_t* sup = p.data.data() + b * rows * bb;
@@ -324,12 +326,7 @@ TEST(QuantRepack, KQuantVnniOrderIsTheDocumentedOne) {
     const bool q3 = t == Type::kQ3_K;
     const std::size_t bb = traits(t).block_bytes;
     const std::vector<std::uint8_t> plain = random_bytes(rng, rows * blocks * bb);
-    MatrixView w;
-    w.type = t;
-    w.rows = rows;
-    w.cols = cols;
-    w.data = plain;
-    const Repacked p = repack_vnni(w);
+    const Repacked p = repack_vnni(plain_view(t, rows, cols, plain));
     // ggml: element e = 128 h + 32 s + l has its low bits in qs[32 h + l] >> 2 s and (Q3_K)
     // its high bit in hmask[e % 32] >> (e / 32); Q3_K scale j is 6 bits, low nibble in
     // scales[j % 8] (>> 4 from j = 8), top bits in scales[8 + j % 4] >> 2 (j / 4).
