@@ -56,13 +56,6 @@ K3_512_INLINE __m128i load64(const void* p) {
   return _mm_loadl_epi64(static_cast<const __m128i*>(p));
 }
 
-K3_512_INLINE float hsum256(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 // [v0 x8, v1 x8] from the two low lanes of an xmm.
 K3_512_INLINE __m512i pair_index() {
   return _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
@@ -844,7 +837,8 @@ inline constexpr size_t kVnniStreams = 8;
 template <Type T>
 inline constexpr size_t kVnniPrefetch = T == Type::kQ4_0 ? 2048 : 4096;
 
-K3_512_INLINE __m512i broadcast_quad(const std::int8_t* p) {
+// The 32 bits at p (four int8 codes, or two int16 sums) in every lane.
+K3_512_INLINE __m512i broadcast_quad(const void* p) {
   std::int32_t quad;
   std::memcpy(&quad, p, sizeof quad);
   return _mm512_set1_epi32(quad);
@@ -1353,12 +1347,6 @@ K3_512_INLINE void k_vnni_pairs(const uint8_t* sup, __m512i* sc, __m512i* mn) {
   }
 }
 
-K3_512_INLINE __m512i broadcast_pair(const std::int16_t* p) {
-  std::int32_t pair;
-  std::memcpy(&pair, p, sizeof pair);
-  return _mm512_set1_epi32(pair);
-}
-
 // The exact integers of super-block b for 16 weight rows and activation rows a0 .. a0 + NA - 1:
 // Q2_K s = S_b and m = M_b (row_q2_k_n), Q3_K s = T_b (row_q3_k_n; m unused).
 template <bool kQ3, int NA>
@@ -1373,7 +1361,7 @@ K3_512_INLINE void k_vnni_sums(const uint8_t* sup, const ActView& a, size_t a0, 
     const std::int16_t* bs = a.bsums + 16 * ab;
     m[i] = s[i] = _mm512_setzero_si512();
     for (int p = 0; p < 8; ++p)
-      m[i] = _mm512_dpwssd_epi32(m[i], kQ3 ? sc[p] : mn[p], broadcast_pair(bs + 2 * p));
+      m[i] = _mm512_dpwssd_epi32(m[i], kQ3 ? sc[p] : mn[p], broadcast_quad(bs + 2 * p));
   }
   const __m512i m3 = _mm512_set1_epi8(3);
   __m512i even[NA];
@@ -1415,11 +1403,11 @@ K3_512_INLINE void k_vnni_accumulate(const uint8_t* sup, const ActView& a, size_
   __m512i s[NA], m[NA];
   k_vnni_sums<kQ3, NA>(sup, a, a0, b, s, m);
   const __m512 d = _mm512_cvtph_ps(load256(sup + (kQ3 ? layout::kQ3KVnniD : layout::kQ2KVnniD)));
+  const __m512 dmin = kQ3 ? d : _mm512_cvtph_ps(load256(sup + layout::kQ2KVnniDmin));
   for (int i = 0; i < NA; ++i) {
     const __m512 dx = _mm512_set1_ps(a.d[(a0 + i) * a.blocks + b]);
     acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i]), _mm512_mul_ps(d, dx), acc[i]);
     if constexpr (!kQ3) {
-      const __m512 dmin = _mm512_cvtph_ps(load256(sup + layout::kQ2KVnniDmin));
       accm[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m[i]), _mm512_mul_ps(dmin, dx), accm[i]);
     }
   }
@@ -1505,10 +1493,8 @@ K3_512 void k_vnni_q2_rows16(const uint8_t* grp, const ActView& a, float* y, siz
           const __m512i x0 = load512(xq + 64 * q), x1 = load512(xq + 64 * (q + 1));
           for (int r = 0; r < 4; ++r) {
             const uint8_t* w = folded + 4 * (r0 + r);
-            even[r] = _mm512_dpbusd_epi32(
-                even[r], broadcast_quad(reinterpret_cast<const std::int8_t*>(w + 64 * q)), x0);
-            odd[r] = _mm512_dpbusd_epi32(
-                odd[r], broadcast_quad(reinterpret_cast<const std::int8_t*>(w + 64 * (q + 1))), x1);
+            even[r] = _mm512_dpbusd_epi32(even[r], broadcast_quad(w + 64 * q), x0);
+            odd[r] = _mm512_dpbusd_epi32(odd[r], broadcast_quad(w + 64 * (q + 1)), x1);
           }
         }
         for (int r = 0; r < 4; ++r) {
