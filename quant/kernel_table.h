@@ -54,11 +54,19 @@ inline constexpr std::size_t kTileUnits = 16;
 //
 // VNNI-order views (MatrixView::vnni): a TileKernel over rows [u0, u0 + nu) of whole 16-row
 // groups, nu <= 16 * kVnniTileGroups (AVX-512 VNNI only; elsewhere the groups are unpacked).
+//
+// Activations: one row of `cols` floats into 32-element int8 blocks (ActFormat kQ8Block32 or,
+// with even_odd, kQ8Block32EvenOdd), with the same bits as quantize_q8_32 in activations.cpp.
+using Q8Block32Quantizer = void (*)(const float* x, std::size_t cols, bool even_odd,
+                                    std::int8_t* qs, float* d, std::int32_t* isum, float* xsum,
+                                    float* dsum, float* row_xsum);
+
 struct KernelTable {
   RowKernel row[kTypeCount] = {};
   TileKernel tile[kTypeCount] = {};
   TileKernel repacked[kTypeCount] = {};
   TileKernel vnni[kTypeCount] = {};
+  Q8Block32Quantizer q8_block32 = nullptr;
 };
 
 inline constexpr std::size_t kVnniTileGroups = 8;

@@ -368,7 +368,7 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark(("read/" + base).c_str(), bench_read, f, s)
           ->Unit(benchmark::kMillisecond)
           ->MinTime(0.3);
-      for (std::size_t batch : {1, 4, 16, 64}) {
+      for (std::size_t batch : {1, 4, 8, 16, 64}) {
         benchmark::RegisterBenchmark(("gemm/" + base + "/batch:" + std::to_string(batch)).c_str(),
                                      bench_matmul, f, s, batch)
             ->Unit(benchmark::kMillisecond)

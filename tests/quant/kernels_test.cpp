@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -375,6 +376,43 @@ TEST(QuantKernels, AnyBytePatternIsWellDefined) {
       }
     }
   }
+}
+
+// The int8 activation blocks are the same bits whichever ISA quantizes them: ordinary values,
+// ties at .5, zeros, huge values, infinities and NaNs, in both block orders.
+TEST(QuantKernels, ActivationQuantizationIsTheSameOnEveryIsa) {
+  std::mt19937_64 rng(77);
+  const std::size_t rows = 9, cols = 32 * 37;
+  std::vector<float> x = heavy_tailed(rng, rows * cols);
+  for (std::size_t i = 0; i < cols; ++i) x[i] = static_cast<float>(i % 64) * 0.5f - 16.0f;  // ties
+  std::fill(x.begin() + cols, x.begin() + cols + 64, 0.0f);  // zero blocks
+  x[2 * cols + 3] = std::numeric_limits<float>::infinity();
+  x[3 * cols + 40] = std::numeric_limits<float>::quiet_NaN();
+  x[4 * cols + 70] = -std::numeric_limits<float>::infinity();
+  x[4 * cols + 71] = std::numeric_limits<float>::quiet_NaN();
+  x[5 * cols + 100] = 3e38f;
+  x[6 * cols + 5] = -1e-40f;  // subnormal
+  const Isa before = active_isa();
+  for (ActFormat format : {ActFormat::kQ8Block32, ActFormat::kQ8Block32EvenOdd}) {
+    set_active_isa(Isa::kScalar);
+    const Activations want = Activations::prepare(format, x, rows, cols);
+    for (Isa isa : available_isas()) {
+      set_active_isa(isa);
+      const Activations got = Activations::prepare(format, x, rows, cols);
+      const ActView& w = want.view();
+      const ActView& g = got.view();
+      const std::size_t nb = rows * w.blocks;
+      const std::string where = std::string(name(isa)) + " " + std::string(name(format));
+      EXPECT_EQ(0, std::memcmp(w.qs, g.qs, rows * cols)) << where;
+      EXPECT_EQ(0, std::memcmp(w.d, g.d, nb * sizeof(float))) << where;
+      EXPECT_EQ(0, std::memcmp(w.isum, g.isum, nb * sizeof(std::int32_t))) << where;
+      EXPECT_EQ(0, std::memcmp(w.nisum, g.nisum, nb * sizeof(std::int32_t))) << where;
+      EXPECT_EQ(0, std::memcmp(w.xsum, g.xsum, nb * sizeof(float))) << where;
+      EXPECT_EQ(0, std::memcmp(w.dsum, g.dsum, nb * sizeof(float))) << where;
+      EXPECT_EQ(0, std::memcmp(w.row_xsum, g.row_xsum, rows * sizeof(float))) << where;
+    }
+  }
+  set_active_isa(before);
 }
 
 }  // namespace
