@@ -51,6 +51,7 @@ namespace {
 constexpr float kAttentionOutputGain = 0.3f;  // o_proj: attention adds ~15 % of the stream
 constexpr float kMlpOutputGain = 0.25f;       // dense and shared-expert down_proj
 constexpr float kLatentOutputGain = 0.1f;     // routed_expert_up_proj reads a unit-RMS norm
+constexpr double kGainDepth = 6;              // the tiny preset's depth, where they were measured
 // AttnRes scores (a source's RMS-normed value . norm . proj) spread ~0.3 instead of ~1: every
 // source keeps a share of the mix, so the exact embedding bank stays a large part of it.
 constexpr float kAttnResScoreGain = 0.3f;
@@ -193,24 +194,32 @@ ModelWeights<SynthRole> synth_roles(const ModelWeights<ParamSpec>& definition) {
   });
   r.embed_tokens.shape = SynthShape::kEmbedding;
   r.lm_head.shape = SynthShape::kLmHead;
+  // The branch gains hold the residual stream's total update at the depth they were set for;
+  // deeper, each branch shrinks by sqrt(kGainDepth / layers) (GPT-2's 1/sqrt(N) residual
+  // scaling), so a 24- or 48-layer model is as well-conditioned as the 6-layer one.
+  const auto layers = static_cast<double>(r.layers.size());
+  const float depth =
+      layers > kGainDepth ? static_cast<float>(std::sqrt(kGainDepth / layers)) : 1.0f;
+  const float attention_gain = kAttentionOutputGain * depth, mlp_gain = kMlpOutputGain * depth;
+  const float latent_gain = kLatentOutputGain * depth;
   const SynthRole bias{SynthShape::kBias, 1.0f, true};
   const SynthRole conv{SynthShape::kConvTaps, 1.0f, true};
   for (LayerWeights<SynthRole>& layer : r.layers) {
-    if (layer.mla) layer.mla->o_proj.gain = kAttentionOutputGain;
+    if (layer.mla) layer.mla->o_proj.gain = attention_gain;
     if (layer.kda) {
       KdaWeights<SynthRole>& k = *layer.kda;
-      k.o_proj.gain = kAttentionOutputGain;
+      k.o_proj.gain = attention_gain;
       k.q_conv1d = k.k_conv1d = k.v_conv1d = conv;
       k.dt_bias = bias;
       k.o_norm.stored_f32 = true;
     }
-    if (layer.mlp) layer.mlp->down_proj.gain = kMlpOutputGain;
+    if (layer.mlp) layer.mlp->down_proj.gain = mlp_gain;
     if (layer.moe) {
       MoeWeights<SynthRole>& m = *layer.moe;
       m.gate.shape = SynthShape::kRouter;
       m.e_score_correction_bias = {SynthShape::kRouterBias, 1.0f, true};
-      m.routed_expert_up_proj.gain = kLatentOutputGain;
-      if (m.shared_experts) m.shared_experts->down_proj.gain = kMlpOutputGain;
+      m.routed_expert_up_proj.gain = latent_gain;
+      if (m.shared_experts) m.shared_experts->down_proj.gain = mlp_gain;
     }
   }
   return r;
@@ -621,16 +630,16 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
   if (o.shards < 1) throw UsageError("--shards " + std::to_string(o.shards) + " must be >= 1");
   // A draft goes with the preset's target as --set changes it, and is derived from its weights.
   ModelConfig cfg = preset_config(o.preset);
+  bool depth_changed = false;
   for (const auto& [key, value] : o.overrides) {
     if (key == "hidden_size")
       cfg.hidden_size = value;
     else if (key == "num_hidden_layers") {
       cfg.num_hidden_layers = value;
-      // Keep Kimi-K3's pattern: MLA every attn_res_block_size-th layer and the last one.
-      cfg.full_attn_layers.clear();
-      for (int l = cfg.attn_res_block_size; l < value; l += cfg.attn_res_block_size)
-        cfg.full_attn_layers.push_back(l);
-      cfg.full_attn_layers.push_back(value);
+      depth_changed = true;
+    } else if (key == "attn_res_block_size") {
+      cfg.attn_res_block_size = value;
+      depth_changed = true;
     } else if (key == "num_attention_heads")
       cfg.num_attention_heads = value;
     else if (key == "kda_num_heads")
@@ -654,9 +663,17 @@ SynthSummary synthesize_checkpoint(const SynthOptions& o) {
       throw UsageError(
           "--set " + key +
           ": not a synthesizable config field (hidden_size, num_hidden_layers, "
+          "attn_res_block_size, "
           "num_attention_heads, kda_num_heads, num_experts, num_experts_per_token, "
           "routed_expert_hidden_size, moe_intermediate_size, intermediate_size, vocab)");
     }
+  }
+  if (depth_changed && cfg.num_hidden_layers > 0 && cfg.attn_res_block_size > 0) {
+    // Keep Kimi-K3's pattern: MLA every attn_res_block_size-th layer and the last one.
+    cfg.full_attn_layers.clear();
+    for (int l = cfg.attn_res_block_size; l < cfg.num_hidden_layers; l += cfg.attn_res_block_size)
+      cfg.full_attn_layers.push_back(l);
+    cfg.full_attn_layers.push_back(cfg.num_hidden_layers);
   }
   cfg.validate("k3ckpt synth --preset " + o.preset);
   if (o.format == FormatKind::kDraft) return synthesize_draft(o, cfg);
