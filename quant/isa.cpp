@@ -3,6 +3,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include <atomic>
 #include <cstdlib>
@@ -19,6 +23,26 @@ bool has_f16c() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
 }
+
+// AMX-TILE and AMX-INT8 in CPUID, the tile state enabled in XCR0, and Linux's per-process
+// permission for the 8 KiB of tile data (arch_prctl ARCH_REQ_XCOMP_PERM; without it the first
+// tile instruction faults).
+bool amx_usable() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+  const bool tile = (d & (1u << 24)) != 0, int8 = (d & (1u << 25)) != 0;
+  if (!tile || !int8 || __get_cpuid(1, &a, &b, &c, &d) == 0 || (c & bit_OSXSAVE) == 0) return false;
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  constexpr unsigned kTileState = (1u << 17) | (1u << 18);  // XTILECFG, XTILEDATA
+  if ((lo & kTileState) != kTileState) return false;
+#if defined(__linux__) && defined(__x86_64__)
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
 #endif
 
 Isa probe() {
@@ -28,7 +52,7 @@ Isa probe() {
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
-  if (avx512) return Isa::kAvx512;
+  if (avx512) return amx_usable() ? Isa::kAmx : Isa::kAvx512;
   if (avx2) return Isa::kAvx2;
 #endif
   return Isa::kScalar;
@@ -54,12 +78,14 @@ std::string_view name(Isa isa) {
       return "avx2";
     case Isa::kAvx512:
       return "avx512";
+    case Isa::kAmx:
+      return "amx";
   }
   return "?";
 }
 
 std::optional<Isa> isa_from_name(std::string_view n) {
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
     if (name(isa) == n) return isa;
   }
   return std::nullopt;
@@ -84,7 +110,7 @@ Isa active_isa() {
     const auto parsed = isa_from_name(env);
     if (!parsed) {
       throw UsageError(std::string("quant: K3_QUANT_ISA='") + env +
-                       "' is not one of scalar, avx2, avx512");
+                       "' is not one of scalar, avx2, avx512, amx");
     }
     check_supported(*parsed, "K3_QUANT_ISA");
     isa = *parsed;

@@ -1,5 +1,5 @@
 // Which instruction set the kernels use. Chosen at run time from cpuid; can be lowered for
-// testing with the environment variable K3_QUANT_ISA=scalar|avx2|avx512 or set_active_isa().
+// testing with the environment variable K3_QUANT_ISA=scalar|avx2|avx512|amx or set_active_isa().
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,7 @@ enum class Isa : std::uint8_t {
   kScalar,  // portable C++
   kAvx2,    // AVX2 + FMA + F16C
   kAvx512,  // AVX-512 F/BW/VL/DQ/VNNI (+ AVX2, FMA, F16C)
+  kAmx,     // kAvx512 + AMX-TILE/AMX-INT8, with the OS's permission for the tile data
 };
 
 std::string_view name(Isa isa);

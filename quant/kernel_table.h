@@ -84,5 +84,6 @@ inline const std::uint8_t* block_row(const MatrixView& w, std::size_t row) {
 const KernelTable& scalar_kernels();
 const KernelTable& avx2_kernels();
 const KernelTable& avx512_kernels();
+const KernelTable& amx_kernels();  // only the entries where tiles beat the AVX-512 kernels
 
 }  // namespace k3::quant::detail

@@ -107,6 +107,8 @@ void run_repacked(const MatrixView& w, const ActView& a, float* out, Isa isa) {
   size_t tile_groups = std::max<size_t>(1, detail::kTileUnits / ri);
   if (w.vnni) {
     if (isa >= Isa::kAvx512) rk = detail::avx512_kernels().vnni[i];
+    if (isa >= Isa::kAmx && detail::amx_kernels().vnni[i] != nullptr)
+      rk = detail::amx_kernels().vnni[i];
     tile_groups = detail::kVnniTileGroups;
   } else if (ri == kRepackRows) {
     if (isa >= Isa::kAvx2 && detail::avx2_kernels().repacked[i] != nullptr)

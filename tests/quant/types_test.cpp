@@ -210,9 +210,13 @@ TEST(QuantTypes, IsaSelection) {
   EXPECT_EQ(active_isa(), Isa::kScalar);
   set_active_isa(before);
   EXPECT_EQ(isa_from_name("avx2"), Isa::kAvx2);
+  EXPECT_EQ(isa_from_name("amx"), Isa::kAmx);
   EXPECT_FALSE(isa_from_name("sse").has_value());
-  if (detected_isa() != Isa::kAvx512) {
+  if (detected_isa() < Isa::kAvx512) {
     EXPECT_THROW(set_active_isa(Isa::kAvx512), UsageError);
+  }
+  if (detected_isa() < Isa::kAmx) {
+    EXPECT_THROW(set_active_isa(Isa::kAmx), UsageError);
   }
 }
 
