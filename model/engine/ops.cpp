@@ -29,10 +29,12 @@ float situ(float gate, float up, float beta, float beta_lin) {
 
 void rms_norm(const float* x, std::size_t rows, std::size_t dim, std::span<const float> weight,
               double eps, float* out) {
+  const detail::MathKernels& k = math(quant::active_isa());
   for (std::size_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
-    double sum_sq = 0;
-    for (std::size_t i = 0; i < dim; ++i) sum_sq += double(xr[i]) * xr[i];
+    double sq[detail::kSumLanes], unused[detail::kSumLanes];
+    k.lane_sums(xr, nullptr, dim, sq, unused);
+    const double sum_sq = detail::lane_total(sq);
     const float inv = static_cast<float>(1.0 / std::sqrt(sum_sq / double(dim) + eps));
     float* o = out + r * dim;
     for (std::size_t i = 0; i < dim; ++i) o[i] = weight[i] * (xr[i] * inv);
@@ -68,15 +70,12 @@ void tanh_rows(std::span<float> x) { tanh_rows(x, quant::active_isa()); }
 void attn_res_mix(std::span<const float* const> sources, std::size_t dim,
                   std::span<const float> score, double eps, float* out) {
   const std::size_t n = sources.size();
+  const detail::MathKernels& k = math(quant::active_isa());
   std::vector<double> s(n);
   for (std::size_t i = 0; i < n; ++i) {
-    const float* v = sources[i];
-    double sum_sq = 0, dot = 0;
-    for (std::size_t d = 0; d < dim; ++d) {
-      sum_sq += double(v[d]) * v[d];
-      dot += double(v[d]) * score[d];
-    }
-    s[i] = dot / std::sqrt(sum_sq / double(dim) + eps);
+    double sq[detail::kSumLanes], dot[detail::kSumLanes];
+    k.lane_sums(sources[i], score.data(), dim, sq, dot);
+    s[i] = detail::lane_total(dot) / std::sqrt(detail::lane_total(sq) / double(dim) + eps);
   }
   const double top = *std::max_element(s.begin(), s.end());
   double total = 0;

@@ -113,10 +113,35 @@ K3_AVX2 void sigmoid(float* x, size_t n) { unary<sigmoid4>(x, n); }
 K3_AVX2 void silu(float* x, size_t n) { unary<silu4>(x, n); }
 K3_AVX2 void tanh(float* x, size_t n) { unary<tanh4>(x, n); }
 
+// ops_scalar.cpp's lane_sums: lanes 0-3 and 4-7 as two vectors, mul then add as there.
+K3_AVX2 void lane_sums(const float* x, const float* w, size_t n, double* sq, double* dot) {
+  __m256d s0 = _mm256_setzero_pd(), s1 = s0, d0 = s0, d1 = s0;
+  size_t i = 0;
+  for (; i + kSumLanes <= n; i += kSumLanes) {
+    const __m256d x0 = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+    const __m256d x1 = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+    s0 = _mm256_add_pd(s0, _mm256_mul_pd(x0, x0));
+    s1 = _mm256_add_pd(s1, _mm256_mul_pd(x1, x1));
+    if (w != nullptr) {
+      d0 = _mm256_add_pd(d0, _mm256_mul_pd(x0, _mm256_cvtps_pd(_mm_loadu_ps(w + i))));
+      d1 = _mm256_add_pd(d1, _mm256_mul_pd(x1, _mm256_cvtps_pd(_mm_loadu_ps(w + i + 4))));
+    }
+  }
+  _mm256_storeu_pd(sq, s0);
+  _mm256_storeu_pd(sq + 4, s1);
+  _mm256_storeu_pd(dot, d0);
+  _mm256_storeu_pd(dot + 4, d1);
+  for (size_t l = 0; i < n; ++i, ++l) {  // the tail: element i is in lane l = i mod 8
+    const double v = x[i];
+    sq[l] += v * v;
+    if (w != nullptr) dot[l] += v * double(w[i]);
+  }
+}
+
 }  // namespace
 
 const MathKernels& avx2_math() {
-  static const MathKernels table{situ, sigmoid, silu, tanh};
+  static const MathKernels table{situ, sigmoid, silu, tanh, lane_sums};
   return table;
 }
 

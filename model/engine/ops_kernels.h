@@ -46,12 +46,24 @@ inline SituParams situ_params(float beta, float beta_lin) {
   return {2.0 / double(beta), 2.0 / double(beta_lin), double(beta) * double(beta_lin)};
 }
 
+// Double sums of a float row in eight lanes: element i goes into lane i mod 8 (converted to
+// double, multiplied, then added: no FMA), sq[l] = sum x^2 and, when w is not null, dot[l] =
+// sum x w. The lanes are independent chains (a vector's lanes on AVX2), where one sequential
+// double sum per row was latency-bound; lane_total adds them in one fixed order, so scalar and
+// AVX2 give the same bits.
+inline constexpr std::size_t kSumLanes = 8;
+inline double lane_total(const double* l) {
+  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
 // gate[i] = situ(gate[i], up[i]) for i < n; x[i] = f(x[i]) in place for the others.
 struct MathKernels {
   void (*situ)(float* gate, const float* up, std::size_t n, const SituParams& p) = nullptr;
   void (*sigmoid)(float* x, std::size_t n) = nullptr;
   void (*silu)(float* x, std::size_t n) = nullptr;
   void (*tanh)(float* x, std::size_t n) = nullptr;
+  void (*lane_sums)(const float* x, const float* w, std::size_t n, double* sq,
+                    double* dot) = nullptr;
 };
 
 const MathKernels& scalar_math();

@@ -64,10 +64,19 @@ void tanh(float* x, std::size_t n) {
   }
 }
 
+void lane_sums(const float* x, const float* w, std::size_t n, double* sq, double* dot) {
+  for (std::size_t l = 0; l < kSumLanes; ++l) sq[l] = dot[l] = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    sq[i % kSumLanes] += v * v;
+    if (w != nullptr) dot[i % kSumLanes] += v * double(w[i]);
+  }
+}
+
 }  // namespace
 
 const MathKernels& scalar_math() {
-  static const MathKernels table{situ, sigmoid, silu, tanh};
+  static const MathKernels table{situ, sigmoid, silu, tanh, lane_sums};
   return table;
 }
 

@@ -265,6 +265,45 @@ TEST(EngineOps, ScalarAndAvx2GiveTheSameBits) {
   }
 }
 
+// RMSNorm and the AttnRes mix add their double sums in eight lanes in one fixed order
+// (ops_kernels.h lane_sums): the scalar and AVX2 paths give the same bits, tails included,
+// and the values stay within double rounding of a plain sequential sum.
+TEST(EngineOps, NormAndAttnResSumsGiveTheSameBitsOnEveryIsa) {
+  if (quant::detected_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  const Isa before = quant::active_isa();
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (std::size_t dim : {std::size_t{2048}, std::size_t{13}, std::size_t{517}}) {
+    std::vector<float> x(3 * dim), weight(dim), score(dim);
+    for (float& v : x) v = normal(rng) * 3.0f;
+    for (float& v : weight) v = 1.0f + 0.1f * normal(rng);
+    for (float& v : score) v = normal(rng);
+    const std::vector<const float*> sources = {&x[0], &x[dim], &x[2 * dim]};
+    std::vector<float> norm[2], mix[2];
+    int at = 0;
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2}) {
+      quant::set_active_isa(isa);
+      norm[at].resize(3 * dim);
+      mix[at].resize(dim);
+      model::engine::rms_norm(x.data(), 3, dim, weight, 1e-6, norm[at].data());
+      model::engine::attn_res_mix(sources, dim, score, 1e-6, mix[at].data());
+      ++at;
+    }
+    EXPECT_EQ(bits(norm[0]), bits(norm[1])) << "rms_norm, dim " << dim;
+    EXPECT_EQ(bits(mix[0]), bits(mix[1])) << "attn_res_mix, dim " << dim;
+    for (std::size_t r = 0; r < 3; ++r) {
+      double sum_sq = 0;
+      for (std::size_t i = 0; i < dim; ++i) sum_sq += double(x[r * dim + i]) * x[r * dim + i];
+      const double inv = 1.0 / std::sqrt(sum_sq / double(dim) + 1e-6);
+      for (std::size_t i = 0; i < dim; ++i) {
+        const double want = double(weight[i]) * double(static_cast<float>(x[r * dim + i] * inv));
+        EXPECT_NEAR(norm[0][r * dim + i], want, 1e-6 * std::fabs(want) + 1e-30);
+      }
+    }
+  }
+  quant::set_active_isa(before);
+}
+
 TEST(EngineOps, SituRejectsAShortUp) {
   std::vector<float> g(8), u(7);
   EXPECT_THROW(situ_rows(g, u, 4.0f, 25.0f), InternalError);
