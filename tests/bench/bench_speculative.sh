@@ -3,12 +3,15 @@
 # run: k3eval --mode throughput on random prompts (stop tokens ignored), batch 1 and 16, on one
 # rank and on two (DP attention, DP LM head), each case REPS times per side.
 #
-#   tests/bench/bench_speculative.sh [tiny|hidden2048]
+#   tests/bench/bench_speculative.sh [tiny|hidden2048|deep]
 #
 # tiny: the quickstart's synthetic pair (build/checkpoints). hidden2048: the tiny preset at hidden
-# 2048 in GGUF (103 MB; its derived draft, 164 MB of BF16, is larger than it), written to
-# build/bench/ on first use. Environment: REPS (2), BATCHES ("1 16"),
-# RANKS ("1 2"), INPUT_LEN (64), OUTPUT_LEN (128), BUILD (build).
+# 2048 in GGUF (103 MB; its derived draft, 164 MB of BF16, is larger than it). deep: the same
+# widths at 48 layers in four AttnRes blocks (706 MB GGUF), so that the five-layer drafter is
+# small next to its target, as Kimi-K3's is. The GGUF pairs are written to build/bench/ on first
+# use. Environment: REPS (2), BATCHES ("1 16"), RANKS ("1 2"), PROMPTS per sequence slot (4:
+# one random prompt can fall into a loop the drafter predicts whole), INPUT_LEN (64),
+# OUTPUT_LEN (128), BLOCK (the drafter's block size; default the checkpoint's 7), BUILD (build).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${BUILD:-$root/build}
@@ -18,6 +21,8 @@ batches=${BATCHES:-1 16}
 ranks=${RANKS:-1 2}
 input_len=${INPUT_LEN:-64}
 output_len=${OUTPUT_LEN:-128}
+prompts=${PROMPTS:-4}
+block=${BLOCK:-}
 corpus=$root/../shared/data/gsm8k/train.jsonl
 
 case $pair in
@@ -31,13 +36,18 @@ case $pair in
     draft=$build/bench/hidden2048-draft
     sets=(--set hidden_size=2048)
     ;;
+  deep)
+    target=$build/bench/deep-gguf
+    draft=$build/bench/deep-draft
+    sets=(--set hidden_size=2048 --set num_hidden_layers=48 --set attn_res_block_size=12)
+    ;;
   *)
-    echo "usage: $0 [tiny|hidden2048]" >&2
+    echo "usage: $0 [tiny|hidden2048|deep]" >&2
     exit 2
     ;;
 esac
 format=hf
-[[ $pair == hidden2048 ]] && format=gguf
+[[ $pair != tiny ]] && format=gguf
 [[ -f $target/config.json || -f $target/kimi-k3-tiny.gguf ]] ||
   "$build/bin/k3ckpt" synth --preset tiny --format $format --corpus "$corpus" "${sets[@]}" \
     --out "$target" >/dev/null
@@ -59,10 +69,11 @@ run() {
   fi
   if [[ $speculative == yes ]]; then
     spec=(--speculative-algorithm dspark --speculative-draft-model-path "$draft")
+    [[ -n $block ]] && spec+=(--speculative-dspark-block-size "$block")
   fi
   out=$(mpirun --oversubscribe -np "$np" "$build/bin/k3eval" --model-path "$target" \
     --mode throughput --dataset-name random --random-input-len "$input_len" \
-    --random-output-len "$output_len" --num-prompts $((batch * np)) \
+    --random-output-len "$output_len" --num-prompts $((prompts * batch * np)) \
     --max-running-requests "$batch" --progress log "${layout[@]}" "${spec[@]}" 2>&1)
   local tps accept
   tps=$(awk -F: '/^Output token throughput/ {gsub(/ /, "", $2); print $2}' <<<"$out")
@@ -72,7 +83,8 @@ run() {
 }
 
 echo "# $(date -u +%FT%TZ) $pair pair, input $input_len, output $output_len tokens per prompt," \
-  "$reps reps per side, load $(cut -d' ' -f1-3 /proc/loadavg)"
+  "$prompts prompts per sequence slot, block size ${block:-of the checkpoint}, $reps reps per side," \
+  "load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "ranks | batch per DP group | plain tok/s | dspark tok/s | speed-up | accept length"
 for np in $ranks; do
   for batch in $batches; do
