@@ -5,8 +5,9 @@
 
 namespace k3::model::engine {
 
-void kda_recurrent(KdaHead& in, float* S, float* states_after) {
+void kda_recurrent(KdaHead& in, float* S, float* states_after, std::size_t after_stride) {
   const std::size_t K = in.dim, V = in.dim;
+  if (after_stride == 0) after_stride = K * V;
   std::vector<float> u(V);
   for (std::size_t t = 0; t < in.tokens; ++t) {
     const float* q = &in.q[t * K];
@@ -34,7 +35,7 @@ void kda_recurrent(KdaHead& in, float* S, float* states_after) {
         o[j] += row[j] * q[i];
       }
     }
-    if (states_after) std::copy_n(S, K * V, states_after + t * K * V);
+    if (states_after) std::copy_n(S, K * V, states_after + t * after_stride);
   }
 }
 

@@ -25,9 +25,11 @@ struct KdaHead {
   }
 };
 
-// S is [D key][D value], carried in and out. `states_after` (optional, [tokens][D][D]) receives
-// S after each token: a verify step's per-token snapshots, one of which is committed.
-void kda_recurrent(KdaHead& head, float* S, float* states_after = nullptr);
+// S is [D key][D value], carried in and out. `states_after` (optional) receives S after each
+// token t at states_after + t * after_stride (0: D * D, one [tokens][D][D] array): a verify
+// step's per-token snapshots, one of which is committed.
+void kda_recurrent(KdaHead& head, float* S, float* states_after = nullptr,
+                   std::size_t after_stride = 0);
 // Chunks of `chunk` tokens at most, fewer when the gate's lower bound needs it to keep the
 // factored decays exp(+-cumulative g) inside float's range (see kda.cpp).
 void kda_chunked(KdaHead& head, float* S, std::size_t chunk, float gate_lower_bound);

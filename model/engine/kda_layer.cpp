@@ -115,10 +115,9 @@ void Engine::Impl::kda(const KdaLayer& w, const Rows& x, std::span<const StepSeq
       // The token recurrence from a copy of the state, keeping the state after every token
       // (the decode steps' own arithmetic, so an accepted token's state is the one decoding
       // it would have left).
-      std::vector<float> state(S, S + D * D), after(n * D * D);
-      kda_recurrent(head, state.data(), after.data());
-      for (std::size_t j = 0; j < n; ++j)
-        std::copy_n(&after[j * D * D], D * D, &s.kda_after[layer][(j * kda_heads + h) * D * D]);
+      // The snapshots go straight to their place, token j's of head h at (j heads + h) D D.
+      std::vector<float> state(S, S + D * D);
+      kda_recurrent(head, state.data(), &s.kda_after[layer][h * D * D], kda_heads * D * D);
     } else if (n > 1 && opt.kda_chunk > 0) {
       kda_chunked(head, S, opt.kda_chunk, lower);
     } else {
