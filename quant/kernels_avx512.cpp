@@ -910,37 +910,12 @@ K3_512 void vnni_gemv_groups(const uint8_t* g, size_t gstride, const ActView& a,
   for (size_t s = 0; s < S; ++s) _mm512_storeu_ps(y + 16 * s, vnni_finish(acc[s]));
 }
 
-// Batch n on one group: its codes are loaded once per block for up to 4 activation rows (the
-// group, 16 x row_bytes, stays in L2 across the activation chunks).
-template <Type T, int NA>
-K3_512 void vnni_gemm_group(const uint8_t* g, const ActView& a, size_t a0, float* y, size_t ldy) {
-  constexpr size_t kSuper = kVnniSuper<T>;
-  const size_t nb = a.blocks;
-  __m512 acc[NA][4];
-  for (int i = 0; i < NA; ++i)
-    for (int k = 0; k < 4; ++k) acc[i][k] = _mm512_setzero_ps();
-  for (size_t b0 = 0; b0 < nb; b0 += 4) {
-#pragma GCC unroll 4
-    for (size_t k = 0; k < 4; ++k) {
-      const size_t b = b0 + k;
-      if (b >= nb) break;
-      const uint8_t* p = g + b * kSuper;
-      for (int i = 0; i < NA; ++i) {
-        const size_t ab = (a0 + i) * nb + b;
-        __m512i x[8];
-        for (int q = 0; q < 8; ++q) x[q] = broadcast_quad(a.qs + 32 * ab + 4 * q);
-        acc[i][k] = vnni_accumulate<T>(p, x, a.nisum[ab], a.d[ab], acc[i][k]);
-      }
-    }
-  }
-  for (int i = 0; i < NA; ++i) _mm512_storeu_ps(y + (a0 + i) * ldy, vnni_finish(acc[i]));
-}
-
-// Batch 2-4 (NA activation rows from a0) on S groups side by side: the streams and prefetch of
-// vnni_gemv_groups (on the first pass over the groups only; later passes find them in L2), each
-// block's codes loaded once per activation row. One group at a time read one stream and left
-// the memory bus a third idle (bench_quant Q8_0 7168x3584 batch 4: 2.81 ms against 1.71 ms at
-// batch 1). S x NA x 4 accumulators do not fit the registers: they live on the stack (L1).
+// NA (<= 4) activation rows from a0 on S groups side by side, each block's codes loaded once
+// per activation row. With S > 1 (up to kVnniStreamedRows rows) the groups are read as the
+// streams of vnni_gemv_groups, prefetched on the first pass (`stream`; later passes find them in
+// L2): one group at a time read one stream and left the memory bus a third idle (bench_quant
+// Q8_0 7168x3584 batch 4: 2.81 ms against 1.71 ms at batch 1). With S = 1 (more rows: compute-
+// bound) the group stays in L2 across the activation chunks and its accumulators in registers.
 template <Type T, size_t S, int NA>
 K3_512 void vnni_gemm_groups(const uint8_t* g, size_t gstride, const ActView& a, size_t a0,
                              bool stream, float* y, size_t ldy) {
@@ -950,21 +925,25 @@ K3_512 void vnni_gemm_groups(const uint8_t* g, size_t gstride, const ActView& a,
   for (size_t s = 0; s < S; ++s)
     for (int i = 0; i < NA; ++i)
       for (int k = 0; k < 4; ++k) acc[s][i][k] = _mm512_setzero_ps();
-  for (size_t b = 0; b < nb; ++b) {
-    const size_t k = b % 4;
-    const size_t ahead = b * kSuper + kVnniPrefetch<T>;
-    const size_t jump = ahead >= gstride ? (S - 1) * gstride : 0;
-    for (size_t s = 0; s < S; ++s) {
-      const uint8_t* p = g + s * gstride + b * kSuper;
-      if (stream) {
-        const char* pf = reinterpret_cast<const char*>(p) + kVnniPrefetch<T> + jump;
-        for (size_t o = 0; o < kSuper; o += 64) _mm_prefetch(pf + o, _MM_HINT_T1);
-      }
-      for (int i = 0; i < NA; ++i) {
-        const size_t ab = (a0 + i) * nb + b;
-        __m512i x[8];
-        for (int q = 0; q < 8; ++q) x[q] = broadcast_quad(a.qs + 32 * ab + 4 * q);
-        acc[s][i][k] = vnni_accumulate<T>(p, x, a.nisum[ab], a.d[ab], acc[s][i][k]);
+  for (size_t b0 = 0; b0 < nb; b0 += 4) {
+#pragma GCC unroll 4
+    for (size_t k = 0; k < 4; ++k) {
+      const size_t b = b0 + k;
+      if (b >= nb) break;
+      const size_t ahead = b * kSuper + kVnniPrefetch<T>;
+      const size_t jump = ahead >= gstride ? (S - 1) * gstride : 0;
+      for (size_t s = 0; s < S; ++s) {
+        const uint8_t* p = g + s * gstride + b * kSuper;
+        if (stream) {
+          const char* pf = reinterpret_cast<const char*>(p) + kVnniPrefetch<T> + jump;
+          for (size_t o = 0; o < kSuper; o += 64) _mm_prefetch(pf + o, _MM_HINT_T1);
+        }
+        for (int i = 0; i < NA; ++i) {
+          const size_t ab = (a0 + i) * nb + b;
+          __m512i x[8];
+          for (int q = 0; q < 8; ++q) x[q] = broadcast_quad(a.qs + 32 * ab + 4 * q);
+          acc[s][i][k] = vnni_accumulate<T>(p, x, a.nisum[ab], a.d[ab], acc[s][i][k]);
+        }
       }
     }
   }
@@ -1478,19 +1457,7 @@ K3_512 void k_vnni_gemv_groups(const uint8_t* g, size_t gstride, const ActView& 
   for (size_t s = 0; s < S; ++s) _mm512_storeu_ps(y + 16 * s, k_vnni_finish<kQ3>(acc[s], accm[s]));
 }
 
-// Batch n on one group, each block's codes decoded once for up to 4 activation rows.
-template <bool kQ3, int NA>
-K3_512 void k_vnni_gemm_group(const uint8_t* g, const ActView& a, size_t a0, float* y, size_t ldy) {
-  constexpr size_t kSuper = kKVnniSuper<kQ3>;
-  __m512 acc[NA], accm[NA];
-  for (int i = 0; i < NA; ++i) acc[i] = accm[i] = _mm512_setzero_ps();
-  for (size_t b = 0; b < a.blocks; ++b)
-    k_vnni_accumulate<kQ3, NA>(g + b * kSuper, a, a0, b, acc, accm);
-  for (int i = 0; i < NA; ++i)
-    _mm512_storeu_ps(y + (a0 + i) * ldy, k_vnni_finish<kQ3>(acc[i], accm[i]));
-}
-
-// Batch 2-4 on S groups side by side, as vnni_gemm_groups.
+// NA (<= 4) activation rows on S groups side by side, as vnni_gemm_groups.
 template <bool kQ3, size_t S, int NA>
 K3_512 void k_vnni_gemm_groups(const uint8_t* g, size_t gstride, const ActView& a, size_t a0,
                                bool stream, float* y, size_t ldy) {
@@ -1587,7 +1554,7 @@ K3_512 void k_vnni_q2_rows16(const uint8_t* grp, const ActView& a, float* y, siz
 // ------------------------------------------------------------------ VNNI-order tiles
 
 // One VNNI-order family for the tile driver below: its super-block bytes, the batch-1 kernel on
-// S groups side by side, the batch-n kernel on one group (NA activation rows per pass) and,
+// S groups side by side, the batch-n kernel on S groups (NA activation rows per pass) and,
 // where there is one, a path for the 16-row interleaved activations (Q2_K).
 template <Type T>
 struct VnniFamily {
@@ -1595,11 +1562,6 @@ struct VnniFamily {
   template <size_t S>
   K3_512_INLINE static void gemv(const uint8_t* g, size_t gstride, const ActView& a, float* y) {
     vnni_gemv_groups<T, S>(g, gstride, a, y);
-  }
-  template <int NA>
-  K3_512_INLINE static void group(const uint8_t* g, const ActView& a, size_t a0, float* y,
-                                  size_t ldy) {
-    vnni_gemm_group<T, NA>(g, a, a0, y, ldy);
   }
   template <size_t S, int NA>
   K3_512_INLINE static void groups(const uint8_t* g, size_t gstride, const ActView& a, size_t a0,
@@ -1616,11 +1578,6 @@ struct KVnniFamily {
   template <size_t S>
   K3_512_INLINE static void gemv(const uint8_t* g, size_t gstride, const ActView& a, float* y) {
     k_vnni_gemv_groups<kQ3, S>(g, gstride, a, y);
-  }
-  template <int NA>
-  K3_512_INLINE static void group(const uint8_t* g, const ActView& a, size_t a0, float* y,
-                                  size_t ldy) {
-    k_vnni_gemm_group<kQ3, NA>(g, a, a0, y, ldy);
   }
   template <size_t S, int NA>
   K3_512_INLINE static void groups(const uint8_t* g, size_t gstride, const ActView& a, size_t a0,
@@ -1688,11 +1645,11 @@ K3_512 void vnni_tile(const MatrixView& w, size_t r0, size_t nr, const ActView& 
       continue;
     }
     size_t a0 = 0;
-    for (; a0 + 4 <= a.rows; a0 += 4) F::template group<4>(g, a, a0, out, ldy);
+    for (; a0 + 4 <= a.rows; a0 += 4) F::template groups<1, 4>(g, gstride, a, a0, false, out, ldy);
     // The last 1-3 rows in one pass over the group's codes.
-    if (a.rows - a0 == 3) F::template group<3>(g, a, a0, out, ldy);
-    if (a.rows - a0 == 2) F::template group<2>(g, a, a0, out, ldy);
-    if (a.rows - a0 == 1) F::template group<1>(g, a, a0, out, ldy);
+    if (a.rows - a0 == 3) F::template groups<1, 3>(g, gstride, a, a0, false, out, ldy);
+    if (a.rows - a0 == 2) F::template groups<1, 2>(g, gstride, a, a0, false, out, ldy);
+    if (a.rows - a0 == 1) F::template groups<1, 1>(g, gstride, a, a0, false, out, ldy);
   }
 }
 
