@@ -3,38 +3,21 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/engine/ops_kernels.h"
+
 namespace k3::model::engine {
 
 void kda_recurrent(KdaHead& in, float* S, float* states_after, std::size_t after_stride) {
   const std::size_t K = in.dim, V = in.dim;
   if (after_stride == 0) after_stride = K * V;
-  std::vector<float> u(V);
+  const detail::MathKernels& math = detail::math_kernels(quant::active_isa());
+  std::vector<float> u(V), alpha(K);
   for (std::size_t t = 0; t < in.tokens; ++t) {
-    const float* q = &in.q[t * K];
-    const float* k = &in.k[t * K];
     const float* g = &in.g[t * K];
-    const float* v = &in.v[t * V];
-    const float beta = in.beta[t];
+    for (std::size_t i = 0; i < K; ++i) alpha[i] = std::exp(g[i]);
     // S = diag(exp(g)) S; u = S^T k; S += k (beta (v - u))^T; o = S^T q (after the update).
-    std::fill(u.begin(), u.end(), 0.0f);
-    for (std::size_t i = 0; i < K; ++i) {
-      const float alpha = std::exp(g[i]);
-      float* row = S + i * V;
-      for (std::size_t j = 0; j < V; ++j) {
-        row[j] *= alpha;
-        u[j] += row[j] * k[i];
-      }
-    }
-    for (std::size_t j = 0; j < V; ++j) u[j] = beta * (v[j] - u[j]);
-    float* o = &in.o[t * V];
-    std::fill(o, o + V, 0.0f);
-    for (std::size_t i = 0; i < K; ++i) {
-      float* row = S + i * V;
-      for (std::size_t j = 0; j < V; ++j) {
-        row[j] += k[i] * u[j];
-        o[j] += row[j] * q[i];
-      }
-    }
+    math.kda_token(S, K, V, alpha.data(), &in.k[t * K], &in.q[t * K], &in.v[t * V], in.beta[t],
+                   u.data(), &in.o[t * V]);
     if (states_after) std::copy_n(S, K * V, states_after + t * after_stride);
   }
 }

@@ -8,9 +8,8 @@
 #include "model/engine/ops_kernels.h"
 
 namespace k3::model::engine {
-namespace {
 
-const detail::MathKernels& math(quant::Isa isa) {
+const detail::MathKernels& detail::math_kernels(quant::Isa isa) {
   if (static_cast<int>(isa) > static_cast<int>(quant::detected_isa())) {
     throw UsageError("engine ops: asked for " + std::string(quant::name(isa)) +
                      " but this CPU supports at most " +
@@ -19,6 +18,10 @@ const detail::MathKernels& math(quant::Isa isa) {
   const detail::MathKernels& avx2 = detail::avx2_math();
   return isa >= quant::Isa::kAvx2 && avx2.situ != nullptr ? avx2 : detail::scalar_math();
 }
+
+namespace {
+
+const detail::MathKernels& math(quant::Isa isa) { return detail::math_kernels(isa); }
 
 }  // namespace
 

@@ -138,10 +138,47 @@ K3_AVX2 void lane_sums(const float* x, const float* w, size_t n, double* sq, dou
   }
 }
 
+// ops_scalar.cpp's kda_token, 8 value columns per vector (the last V % 8 through the scalar
+// steps, which are the same operations).
+K3_AVX2 void kda_token(float* S, size_t K, size_t V, const float* alpha, const float* k,
+                       const float* q, const float* v, float beta, float* u, float* o) {
+  const size_t V8 = V / 8 * 8;
+  for (size_t j = 0; j < V; ++j) u[j] = 0.0f;
+  for (size_t i = 0; i < K; ++i) {
+    float* row = S + i * V;
+    const __m256 a = _mm256_set1_ps(alpha[i]), ki = _mm256_set1_ps(k[i]);
+    for (size_t j = 0; j < V8; j += 8) {
+      const __m256 r = _mm256_mul_ps(_mm256_loadu_ps(row + j), a);
+      _mm256_storeu_ps(row + j, r);
+      _mm256_storeu_ps(u + j, _mm256_add_ps(_mm256_loadu_ps(u + j), _mm256_mul_ps(r, ki)));
+    }
+    for (size_t j = V8; j < V; ++j) {
+      row[j] *= alpha[i];
+      u[j] += row[j] * k[i];
+    }
+  }
+  for (size_t j = 0; j < V; ++j) u[j] = beta * (v[j] - u[j]);
+  for (size_t j = 0; j < V; ++j) o[j] = 0.0f;
+  for (size_t i = 0; i < K; ++i) {
+    float* row = S + i * V;
+    const __m256 ki = _mm256_set1_ps(k[i]), qi = _mm256_set1_ps(q[i]);
+    for (size_t j = 0; j < V8; j += 8) {
+      const __m256 r =
+          _mm256_add_ps(_mm256_loadu_ps(row + j), _mm256_mul_ps(ki, _mm256_loadu_ps(u + j)));
+      _mm256_storeu_ps(row + j, r);
+      _mm256_storeu_ps(o + j, _mm256_add_ps(_mm256_loadu_ps(o + j), _mm256_mul_ps(r, qi)));
+    }
+    for (size_t j = V8; j < V; ++j) {
+      row[j] += k[i] * u[j];
+      o[j] += row[j] * q[i];
+    }
+  }
+}
+
 }  // namespace
 
 const MathKernels& avx2_math() {
-  static const MathKernels table{situ, sigmoid, silu, tanh, lane_sums};
+  static const MathKernels table{situ, sigmoid, silu, tanh, lane_sums, kda_token};
   return table;
 }
 

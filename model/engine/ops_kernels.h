@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "quant/isa.h"
+
 namespace k3::model::engine::detail {
 
 // expm1(x) = 2^n (1 + q(r)) - 1 with x = n ln2 + r, |r| <= ln2/2: n from the 1.5 * 2^52
@@ -64,10 +66,18 @@ struct MathKernels {
   void (*tanh)(float* x, std::size_t n) = nullptr;
   void (*lane_sums)(const float* x, const float* w, std::size_t n, double* sq,
                     double* dot) = nullptr;
+  // One token of the KDA delta rule on S [K][V] (kda.cpp), alpha[i] = exp(g[i]) given:
+  // S = diag(alpha) S; u = beta (v - S^T k); S += k u^T; o = S^T q. Multiplies and adds kept
+  // apart (no FMA) and each element's operations in the same order on every path.
+  void (*kda_token)(float* S, std::size_t K, std::size_t V, const float* alpha, const float* k,
+                    const float* q, const float* v, float beta, float* u, float* o) = nullptr;
 };
 
 const MathKernels& scalar_math();
 // Null entries when this build has no AVX2 code (not x86-64).
 const MathKernels& avx2_math();
+// The kernels for `isa`: the AVX2 ones from kAvx2 up where this build has them, else the
+// scalar ones. A UsageError when the CPU does not have `isa`.
+const MathKernels& math_kernels(quant::Isa isa);
 
 }  // namespace k3::model::engine::detail

@@ -15,6 +15,7 @@
 #include <span>
 #include <vector>
 
+#include "model/engine/kda.h"
 #include "model/engine/ops.h"
 #include "common/error.h"
 #include "quant/isa.h"
@@ -300,6 +301,40 @@ TEST(EngineOps, NormAndAttnResSumsGiveTheSameBitsOnEveryIsa) {
         EXPECT_NEAR(norm[0][r * dim + i], want, 1e-6 * std::fabs(want) + 1e-30);
       }
     }
+  }
+  quant::set_active_isa(before);
+}
+
+TEST(EngineOps, KdaRecurrenceGivesTheSameBitsOnEveryIsa) {
+  if (quant::detected_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  const Isa before = quant::active_isa();
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (std::size_t dim : {std::size_t{32}, std::size_t{13}, std::size_t{128}}) {
+    const std::size_t tokens = 5;
+    model::engine::KdaHead head;
+    head.resize(tokens, dim);
+    for (auto* v : {&head.q, &head.k, &head.v}) {
+      for (float& x : *v) x = normal(rng) * 0.3f;
+    }
+    for (float& x : head.g) x = -std::fabs(normal(rng));
+    for (float& x : head.beta) x = 0.5f + 0.1f * normal(rng);
+    std::vector<float> state0(dim * dim);
+    for (float& x : state0) x = normal(rng);
+    std::vector<float> out[2], state[2], after[2];
+    int at = 0;
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2}) {
+      quant::set_active_isa(isa);
+      model::engine::KdaHead h = head;
+      state[at] = state0;
+      after[at].resize(tokens * dim * dim);
+      model::engine::kda_recurrent(h, state[at].data(), after[at].data());
+      out[at] = h.o;
+      ++at;
+    }
+    EXPECT_EQ(bits(out[0]), bits(out[1])) << "outputs, dim " << dim;
+    EXPECT_EQ(bits(state[0]), bits(state[1])) << "state, dim " << dim;
+    EXPECT_EQ(bits(after[0]), bits(after[1])) << "per-token states, dim " << dim;
   }
   quant::set_active_isa(before);
 }
