@@ -129,14 +129,17 @@ Activations Activations::prepare(ActFormat format, std::span<const float> x, std
   // The AVX-512 quantizer gives the same bits (a scalar call per element was ~9 % of a
   // speculative decode round).
   detail::Q8Block32Quantizer q8_block32 = quantize_q8_32;
-  if (active_isa() >= Isa::kAvx512 && detail::avx512_kernels().q8_block32 != nullptr)
+  detail::Q8KQuantizer q8_k = quantize_q8_k;
+  if (active_isa() >= Isa::kAvx512 && detail::avx512_kernels().q8_block32 != nullptr) {
     q8_block32 = detail::avx512_kernels().q8_block32;
+    q8_k = detail::avx512_kernels().q8_k;
+  }
   auto one_row = [&](size_t r) {
     const float* xr = x.data() + r * cols;
     std::int8_t* qs = a.qs_.data() + r * cols;
     float* d = a.d_.data() + r * v.blocks;
     if (format == ActFormat::kQ8K) {
-      quantize_q8_k(xr, cols, qs, d, a.bsums_.data() + r * v.blocks * 16);
+      q8_k(xr, cols, qs, d, a.bsums_.data() + r * v.blocks * 16);
     } else {
       q8_block32(xr, cols, format == ActFormat::kQ8Block32EvenOdd, qs, d,
                  a.isum_.data() + r * v.blocks, a.xsum_.data() + r * v.blocks,

@@ -61,12 +61,18 @@ using Q8Block32Quantizer = void (*)(const float* x, std::size_t cols, bool even_
                                     std::int8_t* qs, float* d, std::int32_t* isum, float* xsum,
                                     float* dsum, float* row_xsum);
 
+// One row into 256-element K-quant blocks (ActFormat kQ8K), with the same bits as
+// quantize_q8_k in activations.cpp.
+using Q8KQuantizer = void (*)(const float* x, std::size_t cols, std::int8_t* qs, float* d,
+                              std::int16_t* bsums);
+
 struct KernelTable {
   RowKernel row[kTypeCount] = {};
   TileKernel tile[kTypeCount] = {};
   TileKernel repacked[kTypeCount] = {};
   TileKernel vnni[kTypeCount] = {};
   Q8Block32Quantizer q8_block32 = nullptr;
+  Q8KQuantizer q8_k = nullptr;
 };
 
 inline constexpr std::size_t kVnniTileGroups = 8;

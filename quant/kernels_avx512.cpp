@@ -1703,6 +1703,57 @@ K3_512 void q8_block32_row(const float* x, size_t cols, bool even_odd, std::int8
   *row_xsum = rx;
 }
 
+// quantize_q8_k (activations.cpp) with the same bits: the scale from the first element of the
+// largest non-NaN |x| (the scalar loop's strict > keeps the first and skips NaN), codes by
+// ggml's nearest_int trick done on the vector (1.5 * 2^23 added, the low mantissa bits taken),
+// clamped to +-127; one bsum per 16 codes, one vector each.
+K3_512 void q8_k_row(const float* x, size_t cols, std::int8_t* qs, float* d,
+                     std::int16_t* bsums) {
+  const __m512 zero = _mm512_setzero_ps();
+  for (size_t b = 0; b < cols / 256; ++b) {
+    const float* xb = x + 256 * b;
+    std::int8_t* q = qs + 256 * b;
+    std::int16_t* bs = bsums + 16 * b;
+    __m512 amax_v = zero;
+    for (int c = 0; c < 16; ++c) {
+      const __m512 v = _mm512_loadu_ps(xb + 16 * c);
+      amax_v = _mm512_max_ps(amax_v,
+                             _mm512_mask_abs_ps(zero, _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v));
+    }
+    const float amax = _mm512_reduce_max_ps(amax_v);
+    if (amax == 0.0f) {
+      d[b] = 0.0f;
+      std::memset(q, 0, 256);
+      std::memset(bs, 0, 16 * sizeof(std::int16_t));
+      continue;
+    }
+    float max = 0.0f;
+    for (int c = 0; c < 16; ++c) {
+      const __m512 v = _mm512_loadu_ps(xb + 16 * c);
+      const __mmask16 at =
+          _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+      if (at != 0) {
+        max = xb[16 * c + static_cast<int>(__builtin_ctz(at))];
+        break;
+      }
+    }
+    const float iscale = -127.f / max;
+    const __m512 scale = _mm512_set1_ps(iscale), shifter = _mm512_set1_ps(12582912.f);
+    const __m512i mantissa = _mm512_set1_epi32(0x007fffff), bias = _mm512_set1_epi32(0x00400000);
+    const __m512i hi = _mm512_set1_epi32(127), lo = _mm512_set1_epi32(-127);
+    for (int c = 0; c < 16; ++c) {
+      const __m512 shifted =
+          _mm512_add_ps(_mm512_mul_ps(scale, _mm512_loadu_ps(xb + 16 * c)), shifter);
+      __m512i code = _mm512_sub_epi32(
+          _mm512_and_si512(_mm512_castps_si512(shifted), mantissa), bias);
+      code = _mm512_max_epi32(_mm512_min_epi32(code, hi), lo);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * c), _mm512_cvtepi32_epi8(code));
+      bs[c] = static_cast<std::int16_t>(_mm512_reduce_add_epi32(code));
+    }
+    d[b] = 1 / iscale;
+  }
+}
+
 // ------------------------------------------------------------------ the table
 
 KernelTable make_table() {
@@ -1726,6 +1777,7 @@ KernelTable make_table() {
   t.vnni[static_cast<size_t>(Type::kQ2_K)] = vnni_tile<KVnniFamily<false>>;
   t.vnni[static_cast<size_t>(Type::kQ3_K)] = vnni_tile<KVnniFamily<true>>;
   t.q8_block32 = q8_block32_row;
+  t.q8_k = q8_k_row;
   return t;
 }
 

@@ -412,6 +412,28 @@ TEST(QuantKernels, ActivationQuantizationIsTheSameOnEveryIsa) {
       EXPECT_EQ(0, std::memcmp(w.row_xsum, g.row_xsum, rows * sizeof(float))) << where;
     }
   }
+  // Q8_K (K-quant weights): 256-element blocks, a tie for the largest |x| (the first wins).
+  const std::size_t kcols = 256 * 5;
+  std::vector<float> xk = heavy_tailed(rng, rows * kcols);
+  std::fill(xk.begin() + 256, xk.begin() + 512, 0.0f);  // a zero block
+  xk[10] = 50.0f;
+  xk[20] = -50.0f;
+  xk[kcols + 600] = std::numeric_limits<float>::quiet_NaN();
+  xk[2 * kcols + 3] = std::numeric_limits<float>::infinity();
+  xk[3 * kcols + 7] = -1e-40f;
+  set_active_isa(Isa::kScalar);
+  const Activations want = Activations::prepare(ActFormat::kQ8K, xk, rows, kcols);
+  for (Isa isa : available_isas()) {
+    set_active_isa(isa);
+    const Activations got = Activations::prepare(ActFormat::kQ8K, xk, rows, kcols);
+    const ActView& w = want.view();
+    const ActView& g = got.view();
+    const std::size_t nb = rows * w.blocks;
+    const std::string where = std::string(name(isa)) + " Q8_K";
+    EXPECT_EQ(0, std::memcmp(w.qs, g.qs, rows * kcols)) << where;
+    EXPECT_EQ(0, std::memcmp(w.d, g.d, nb * sizeof(float))) << where;
+    EXPECT_EQ(0, std::memcmp(w.bsums, g.bsums, nb * 16 * sizeof(std::int16_t))) << where;
+  }
   set_active_isa(before);
 }
 
