@@ -124,18 +124,23 @@ void run_repacked(const MatrixView& w, const ActView& a, float* out, Isa isa) {
   const size_t tiles = (groups + tile_groups - 1) / tile_groups;
   const size_t tile_bytes = std::max<size_t>(1, w.data.size() / w.rows * ri * tile_groups);
   const size_t grain = std::max<size_t>(1, (32u << 10) / tile_bytes);
-  tbb::parallel_for(tbb::blocked_range<size_t>(0, tiles, grain),
-                    [&](const tbb::blocked_range<size_t>& r) {
-                      for (size_t t = r.begin(); t < r.end(); ++t) {
-                        const size_t g0 = t * tile_groups;
-                        const size_t g1 = std::min(groups, g0 + tile_groups);
-                        if (rk != nullptr) {
-                          rk(w, g0 * ri, (g1 - g0) * ri, a, out, w.rows);
-                        } else {
-                          unpacked_tile(w, g0 * ri, (g1 - g0) * ri, a, out, w.rows, k);
-                        }
-                      }
-                    });
+  auto run_tiles = [&](const tbb::blocked_range<size_t>& r) {
+    for (size_t t = r.begin(); t < r.end(); ++t) {
+      const size_t g0 = t * tile_groups;
+      const size_t g1 = std::min(groups, g0 + tile_groups);
+      if (rk != nullptr) {
+        rk(w, g0 * ri, (g1 - g0) * ri, a, out, w.rows);
+      } else {
+        unpacked_tile(w, g0 * ri, (g1 - g0) * ri, a, out, w.rows, k);
+      }
+    }
+  };
+  // One chunk (a small expert's matrix) runs here: a task per call cost more than its product.
+  if (tiles <= grain) {
+    run_tiles(tbb::blocked_range<size_t>(0, tiles, grain));
+  } else {
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, tiles, grain), run_tiles);
+  }
   if (full < w.rows) run_plain(row_slice(w, full, w.rows - full), a, out + full, w.rows, isa);
 }
 
