@@ -1707,8 +1707,7 @@ K3_512 void q8_block32_row(const float* x, size_t cols, bool even_odd, std::int8
 // largest non-NaN |x| (the scalar loop's strict > keeps the first and skips NaN), codes by
 // ggml's nearest_int trick done on the vector (1.5 * 2^23 added, the low mantissa bits taken),
 // clamped to +-127; one bsum per 16 codes, one vector each.
-K3_512 void q8_k_row(const float* x, size_t cols, std::int8_t* qs, float* d,
-                     std::int16_t* bsums) {
+K3_512 void q8_k_row(const float* x, size_t cols, std::int8_t* qs, float* d, std::int16_t* bsums) {
   const __m512 zero = _mm512_setzero_ps();
   for (size_t b = 0; b < cols / 256; ++b) {
     const float* xb = x + 256 * b;
@@ -1717,8 +1716,8 @@ K3_512 void q8_k_row(const float* x, size_t cols, std::int8_t* qs, float* d,
     __m512 amax_v = zero;
     for (int c = 0; c < 16; ++c) {
       const __m512 v = _mm512_loadu_ps(xb + 16 * c);
-      amax_v = _mm512_max_ps(amax_v,
-                             _mm512_mask_abs_ps(zero, _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v));
+      amax_v =
+          _mm512_max_ps(amax_v, _mm512_mask_abs_ps(zero, _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v));
     }
     const float amax = _mm512_reduce_max_ps(amax_v);
     if (amax == 0.0f) {
@@ -1730,8 +1729,7 @@ K3_512 void q8_k_row(const float* x, size_t cols, std::int8_t* qs, float* d,
     float max = 0.0f;
     for (int c = 0; c < 16; ++c) {
       const __m512 v = _mm512_loadu_ps(xb + 16 * c);
-      const __mmask16 at =
-          _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+      const __mmask16 at = _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(amax), _CMP_EQ_OQ);
       if (at != 0) {
         max = xb[16 * c + static_cast<int>(__builtin_ctz(at))];
         break;
@@ -1744,8 +1742,8 @@ K3_512 void q8_k_row(const float* x, size_t cols, std::int8_t* qs, float* d,
     for (int c = 0; c < 16; ++c) {
       const __m512 shifted =
           _mm512_add_ps(_mm512_mul_ps(scale, _mm512_loadu_ps(xb + 16 * c)), shifter);
-      __m512i code = _mm512_sub_epi32(
-          _mm512_and_si512(_mm512_castps_si512(shifted), mantissa), bias);
+      __m512i code =
+          _mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(shifted), mantissa), bias);
       code = _mm512_max_epi32(_mm512_min_epi32(code, hi), lo);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * c), _mm512_cvtepi32_epi8(code));
       bs[c] = static_cast<std::int16_t>(_mm512_reduce_add_epi32(code));

@@ -15,9 +15,9 @@
 #include <span>
 #include <vector>
 
+#include "common/error.h"
 #include "model/engine/kda.h"
 #include "model/engine/ops.h"
-#include "common/error.h"
 #include "quant/isa.h"
 
 namespace k3::test {
