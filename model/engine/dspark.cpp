@@ -249,14 +249,21 @@ struct Drafter::Impl {
         auto value = [&](std::size_t j) {
           return j < P ? cv + j * KW + kvh * D : &vb[(i * G + j - P) * KW + kvh * D];
         };
-        float top = -std::numeric_limits<float>::infinity();
-        for (std::size_t j = 0; j < P + G; ++j) {
-          const float* kj = key(j);
-          float acc = 0;
-          for (std::size_t e = 0; e < D; ++e) acc += qr[e] * kj[e];
-          score[j] = acc * scale;
-          top = std::max(top, score[j]);
+        // Keys in blocks of kKeys with one accumulator each: every dot still sums over e in
+        // order, but the blocks' chains are independent (one chain per key was latency-bound).
+        constexpr std::size_t kKeys = 8;
+        const std::size_t keys = P + G;
+        for (std::size_t j0 = 0; j0 < keys; j0 += kKeys) {
+          const std::size_t nk = std::min(kKeys, keys - j0);
+          const float* kj[kKeys];
+          float acc[kKeys] = {};
+          for (std::size_t t = 0; t < nk; ++t) kj[t] = key(j0 + t);
+          for (std::size_t e = 0; e < D; ++e)
+            for (std::size_t t = 0; t < nk; ++t) acc[t] += qr[e] * kj[t][e];
+          for (std::size_t t = 0; t < nk; ++t) score[j0 + t] = acc[t] * scale;
         }
+        float top = -std::numeric_limits<float>::infinity();
+        for (std::size_t j = 0; j < keys; ++j) top = std::max(top, score[j]);
         double sum = 0;
         for (std::size_t j = 0; j < P + G; ++j) sum += (score[j] = std::exp(score[j] - top));
         const auto inv = static_cast<float>(1.0 / sum);
