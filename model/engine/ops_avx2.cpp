@@ -138,37 +138,56 @@ K3_AVX2 void lane_sums(const float* x, const float* w, size_t n, double* sq, dou
   }
 }
 
-// ops_scalar.cpp's kda_token, 8 value columns per vector (the last V % 8 through the scalar
-// steps, which are the same operations).
+// ops_scalar.cpp's kda_token, 32 value columns at a time (four vectors): the chunk's u and o
+// stay in registers over the key rows, and its columns of S are swept twice while in L1. Each
+// element sees the scalar operations in the scalar order; the last V % 32 columns go through
+// the scalar steps themselves.
 K3_AVX2 void kda_token(float* S, size_t K, size_t V, const float* alpha, const float* k,
                        const float* q, const float* v, float beta, float* u, float* o) {
-  const size_t V8 = V / 8 * 8;
-  for (size_t j = 0; j < V; ++j) u[j] = 0.0f;
+  constexpr size_t kChunk = 32, kVecs = kChunk / 8;
+  const size_t V32 = V / kChunk * kChunk;
+  const __m256 b = _mm256_set1_ps(beta);
+  for (size_t j0 = 0; j0 < V32; j0 += kChunk) {
+    __m256 uv[kVecs], ov[kVecs];
+    for (size_t c = 0; c < kVecs; ++c) uv[c] = ov[c] = _mm256_setzero_ps();
+    for (size_t i = 0; i < K; ++i) {
+      float* row = S + i * V + j0;
+      const __m256 a = _mm256_set1_ps(alpha[i]), ki = _mm256_set1_ps(k[i]);
+      for (size_t c = 0; c < kVecs; ++c) {
+        const __m256 r = _mm256_mul_ps(_mm256_loadu_ps(row + 8 * c), a);
+        _mm256_storeu_ps(row + 8 * c, r);
+        uv[c] = _mm256_add_ps(uv[c], _mm256_mul_ps(r, ki));
+      }
+    }
+    for (size_t c = 0; c < kVecs; ++c) {
+      uv[c] = _mm256_mul_ps(b, _mm256_sub_ps(_mm256_loadu_ps(v + j0 + 8 * c), uv[c]));
+      _mm256_storeu_ps(u + j0 + 8 * c, uv[c]);
+    }
+    for (size_t i = 0; i < K; ++i) {
+      float* row = S + i * V + j0;
+      const __m256 ki = _mm256_set1_ps(k[i]), qi = _mm256_set1_ps(q[i]);
+      for (size_t c = 0; c < kVecs; ++c) {
+        const __m256 r = _mm256_add_ps(_mm256_loadu_ps(row + 8 * c), _mm256_mul_ps(ki, uv[c]));
+        _mm256_storeu_ps(row + 8 * c, r);
+        ov[c] = _mm256_add_ps(ov[c], _mm256_mul_ps(r, qi));
+      }
+    }
+    for (size_t c = 0; c < kVecs; ++c) _mm256_storeu_ps(o + j0 + 8 * c, ov[c]);
+  }
+  if (V32 == V) return;
+  for (size_t j = V32; j < V; ++j) u[j] = 0.0f;
   for (size_t i = 0; i < K; ++i) {
     float* row = S + i * V;
-    const __m256 a = _mm256_set1_ps(alpha[i]), ki = _mm256_set1_ps(k[i]);
-    for (size_t j = 0; j < V8; j += 8) {
-      const __m256 r = _mm256_mul_ps(_mm256_loadu_ps(row + j), a);
-      _mm256_storeu_ps(row + j, r);
-      _mm256_storeu_ps(u + j, _mm256_add_ps(_mm256_loadu_ps(u + j), _mm256_mul_ps(r, ki)));
-    }
-    for (size_t j = V8; j < V; ++j) {
+    for (size_t j = V32; j < V; ++j) {
       row[j] *= alpha[i];
       u[j] += row[j] * k[i];
     }
   }
-  for (size_t j = 0; j < V; ++j) u[j] = beta * (v[j] - u[j]);
-  for (size_t j = 0; j < V; ++j) o[j] = 0.0f;
+  for (size_t j = V32; j < V; ++j) u[j] = beta * (v[j] - u[j]);
+  for (size_t j = V32; j < V; ++j) o[j] = 0.0f;
   for (size_t i = 0; i < K; ++i) {
     float* row = S + i * V;
-    const __m256 ki = _mm256_set1_ps(k[i]), qi = _mm256_set1_ps(q[i]);
-    for (size_t j = 0; j < V8; j += 8) {
-      const __m256 r =
-          _mm256_add_ps(_mm256_loadu_ps(row + j), _mm256_mul_ps(ki, _mm256_loadu_ps(u + j)));
-      _mm256_storeu_ps(row + j, r);
-      _mm256_storeu_ps(o + j, _mm256_add_ps(_mm256_loadu_ps(o + j), _mm256_mul_ps(r, qi)));
-    }
-    for (size_t j = V8; j < V; ++j) {
+    for (size_t j = V32; j < V; ++j) {
       row[j] += k[i] * u[j];
       o[j] += row[j] * q[i];
     }

@@ -360,9 +360,10 @@ int main(int argc, char** argv) {
       {Type::kModelSlimInt4, {}, "MS_INT4"},
       {Type::kModelSlimInt4, {.group_size = 256}, "MS_INT4_g256"},
   };
-  // 512x2048 and 2048x512: the deep synthetic pair's (hidden 2048) projections, where per-call
-  // costs show.
-  const std::vector<Shape> shapes = {{7168, 3584}, {4096, 4096}, {512, 2048}, {2048, 512}};
+  // 512x2048, 2048x512 and 256x256: the deep synthetic pair's (hidden 2048) projections and
+  // routed experts, where per-call costs show.
+  const std::vector<Shape> shapes = {
+      {7168, 3584}, {4096, 4096}, {512, 2048}, {2048, 512}, {256, 256}};
   for (const Shape& s : shapes) {
     for (const Format& f : formats) {
       const std::string base =

@@ -310,7 +310,7 @@ TEST(EngineOps, KdaRecurrenceGivesTheSameBitsOnEveryIsa) {
   const Isa before = quant::active_isa();
   std::mt19937 rng(21);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (std::size_t dim : {std::size_t{32}, std::size_t{13}, std::size_t{128}}) {
+  for (std::size_t dim : {std::size_t{32}, std::size_t{13}, std::size_t{128}, std::size_t{72}}) {
     const std::size_t tokens = 5;
     model::engine::KdaHead head;
     head.resize(tokens, dim);
