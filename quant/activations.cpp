@@ -130,9 +130,10 @@ Activations Activations::prepare(ActFormat format, std::span<const float> x, std
   // speculative decode round).
   detail::Q8Block32Quantizer q8_block32 = quantize_q8_32;
   detail::Q8KQuantizer q8_k = quantize_q8_k;
-  if (active_isa() >= Isa::kAvx512 && detail::avx512_kernels().q8_block32 != nullptr) {
-    q8_block32 = detail::avx512_kernels().q8_block32;
-    q8_k = detail::avx512_kernels().q8_k;
+  if (active_isa() >= Isa::kAvx512) {
+    const detail::KernelTable& t = detail::avx512_kernels();
+    if (t.q8_block32 != nullptr) q8_block32 = t.q8_block32;
+    if (t.q8_k != nullptr) q8_k = t.q8_k;
   }
   auto one_row = [&](size_t r) {
     const float* xr = x.data() + r * cols;

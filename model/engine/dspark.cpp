@@ -265,10 +265,10 @@ struct Drafter::Impl {
         float top = -std::numeric_limits<float>::infinity();
         for (std::size_t j = 0; j < keys; ++j) top = std::max(top, score[j]);
         double sum = 0;
-        for (std::size_t j = 0; j < P + G; ++j) sum += (score[j] = std::exp(score[j] - top));
+        for (std::size_t j = 0; j < keys; ++j) sum += (score[j] = std::exp(score[j] - top));
         const auto inv = static_cast<float>(1.0 / sum);
         float* o = &out[(i * G + r) * QW + h * D];
-        for (std::size_t j = 0; j < P + G; ++j) {
+        for (std::size_t j = 0; j < keys; ++j) {
           const float* vj = value(j);
           const float a = score[j] * inv;
           for (std::size_t e = 0; e < D; ++e) o[e] += a * vj[e];

@@ -16,7 +16,7 @@ void kda_recurrent(KdaHead& in, float* S, float* states_after, std::size_t after
     const float* g = &in.g[t * K];
     for (std::size_t i = 0; i < K; ++i) alpha[i] = std::exp(g[i]);
     // S = diag(exp(g)) S; u = S^T k; S += k (beta (v - u))^T; o = S^T q (after the update).
-    math.kda_token(S, K, V, alpha.data(), &in.k[t * K], &in.q[t * K], &in.v[t * V], in.beta[t],
+    math.kda_token(S, V, K, V, alpha.data(), &in.k[t * K], &in.q[t * K], &in.v[t * V], in.beta[t],
                    u.data(), &in.o[t * V]);
     if (states_after) std::copy_n(S, K * V, states_after + t * after_stride);
   }

@@ -19,12 +19,6 @@ const detail::MathKernels& detail::math_kernels(quant::Isa isa) {
   return isa >= quant::Isa::kAvx2 && avx2.situ != nullptr ? avx2 : detail::scalar_math();
 }
 
-namespace {
-
-const detail::MathKernels& math(quant::Isa isa) { return detail::math_kernels(isa); }
-
-}  // namespace
-
 float situ(float gate, float up, float beta, float beta_lin) {
   detail::scalar_math().situ(&gate, &up, 1, detail::situ_params(beta, beta_lin));
   return gate;
@@ -32,7 +26,7 @@ float situ(float gate, float up, float beta, float beta_lin) {
 
 void rms_norm(const float* x, std::size_t rows, std::size_t dim, std::span<const float> weight,
               double eps, float* out) {
-  const detail::MathKernels& k = math(quant::active_isa());
+  const detail::MathKernels& k = detail::math_kernels(quant::active_isa());
   for (std::size_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
     double sq[detail::kSumLanes], unused[detail::kSumLanes];
@@ -57,15 +51,22 @@ void situ_rows(std::span<float> gate, std::span<const float> up, float beta, flo
     throw InternalError("situ_rows: " + std::to_string(gate.size()) + " gate values but " +
                         std::to_string(up.size()) + " up values");
   }
-  math(isa).situ(gate.data(), up.data(), gate.size(), detail::situ_params(beta, beta_lin));
+  detail::math_kernels(isa).situ(gate.data(), up.data(), gate.size(),
+                                 detail::situ_params(beta, beta_lin));
 }
 void situ_rows(std::span<float> gate, std::span<const float> up, float beta, float beta_lin) {
   situ_rows(gate, up, beta, beta_lin, quant::active_isa());
 }
 
-void sigmoid_rows(std::span<float> x, quant::Isa isa) { math(isa).sigmoid(x.data(), x.size()); }
-void silu_rows(std::span<float> x, quant::Isa isa) { math(isa).silu(x.data(), x.size()); }
-void tanh_rows(std::span<float> x, quant::Isa isa) { math(isa).tanh(x.data(), x.size()); }
+void sigmoid_rows(std::span<float> x, quant::Isa isa) {
+  detail::math_kernels(isa).sigmoid(x.data(), x.size());
+}
+void silu_rows(std::span<float> x, quant::Isa isa) {
+  detail::math_kernels(isa).silu(x.data(), x.size());
+}
+void tanh_rows(std::span<float> x, quant::Isa isa) {
+  detail::math_kernels(isa).tanh(x.data(), x.size());
+}
 void sigmoid_rows(std::span<float> x) { sigmoid_rows(x, quant::active_isa()); }
 void silu_rows(std::span<float> x) { silu_rows(x, quant::active_isa()); }
 void tanh_rows(std::span<float> x) { tanh_rows(x, quant::active_isa()); }
@@ -73,7 +74,7 @@ void tanh_rows(std::span<float> x) { tanh_rows(x, quant::active_isa()); }
 void attn_res_mix(std::span<const float* const> sources, std::size_t dim,
                   std::span<const float> score, double eps, float* out) {
   const std::size_t n = sources.size();
-  const detail::MathKernels& k = math(quant::active_isa());
+  const detail::MathKernels& k = detail::math_kernels(quant::active_isa());
   std::vector<double> s(n);
   for (std::size_t i = 0; i < n; ++i) {
     double sq[detail::kSumLanes], dot[detail::kSumLanes];

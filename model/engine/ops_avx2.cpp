@@ -141,8 +141,8 @@ K3_AVX2 void lane_sums(const float* x, const float* w, size_t n, double* sq, dou
 // ops_scalar.cpp's kda_token, 32 value columns at a time (four vectors): the chunk's u and o
 // stay in registers over the key rows, and its columns of S are swept twice while in L1. Each
 // element sees the scalar operations in the scalar order; the last V % 32 columns go through
-// the scalar steps themselves.
-K3_AVX2 void kda_token(float* S, size_t K, size_t V, const float* alpha, const float* k,
+// the scalar kernel itself.
+K3_AVX2 void kda_token(float* S, size_t ld, size_t K, size_t V, const float* alpha, const float* k,
                        const float* q, const float* v, float beta, float* u, float* o) {
   constexpr size_t kChunk = 32, kVecs = kChunk / 8;
   const size_t V32 = V / kChunk * kChunk;
@@ -151,7 +151,7 @@ K3_AVX2 void kda_token(float* S, size_t K, size_t V, const float* alpha, const f
     __m256 uv[kVecs], ov[kVecs];
     for (size_t c = 0; c < kVecs; ++c) uv[c] = ov[c] = _mm256_setzero_ps();
     for (size_t i = 0; i < K; ++i) {
-      float* row = S + i * V + j0;
+      float* row = S + i * ld + j0;
       const __m256 a = _mm256_set1_ps(alpha[i]), ki = _mm256_set1_ps(k[i]);
       for (size_t c = 0; c < kVecs; ++c) {
         const __m256 r = _mm256_mul_ps(_mm256_loadu_ps(row + 8 * c), a);
@@ -164,7 +164,7 @@ K3_AVX2 void kda_token(float* S, size_t K, size_t V, const float* alpha, const f
       _mm256_storeu_ps(u + j0 + 8 * c, uv[c]);
     }
     for (size_t i = 0; i < K; ++i) {
-      float* row = S + i * V + j0;
+      float* row = S + i * ld + j0;
       const __m256 ki = _mm256_set1_ps(k[i]), qi = _mm256_set1_ps(q[i]);
       for (size_t c = 0; c < kVecs; ++c) {
         const __m256 r = _mm256_add_ps(_mm256_loadu_ps(row + 8 * c), _mm256_mul_ps(ki, uv[c]));
@@ -174,23 +174,8 @@ K3_AVX2 void kda_token(float* S, size_t K, size_t V, const float* alpha, const f
     }
     for (size_t c = 0; c < kVecs; ++c) _mm256_storeu_ps(o + j0 + 8 * c, ov[c]);
   }
-  if (V32 == V) return;
-  for (size_t j = V32; j < V; ++j) u[j] = 0.0f;
-  for (size_t i = 0; i < K; ++i) {
-    float* row = S + i * V;
-    for (size_t j = V32; j < V; ++j) {
-      row[j] *= alpha[i];
-      u[j] += row[j] * k[i];
-    }
-  }
-  for (size_t j = V32; j < V; ++j) u[j] = beta * (v[j] - u[j]);
-  for (size_t j = V32; j < V; ++j) o[j] = 0.0f;
-  for (size_t i = 0; i < K; ++i) {
-    float* row = S + i * V;
-    for (size_t j = V32; j < V; ++j) {
-      row[j] += k[i] * u[j];
-      o[j] += row[j] * q[i];
-    }
+  if (V32 < V) {
+    scalar_math().kda_token(S + V32, ld, K, V - V32, alpha, k, q, v + V32, beta, u + V32, o + V32);
   }
 }
 

@@ -73,11 +73,11 @@ void lane_sums(const float* x, const float* w, std::size_t n, double* sq, double
   }
 }
 
-void kda_token(float* S, std::size_t K, std::size_t V, const float* alpha, const float* k,
-               const float* q, const float* v, float beta, float* u, float* o) {
+void kda_token(float* S, std::size_t ld, std::size_t K, std::size_t V, const float* alpha,
+               const float* k, const float* q, const float* v, float beta, float* u, float* o) {
   for (std::size_t j = 0; j < V; ++j) u[j] = 0.0f;
   for (std::size_t i = 0; i < K; ++i) {
-    float* row = S + i * V;
+    float* row = S + i * ld;
     for (std::size_t j = 0; j < V; ++j) {
       row[j] *= alpha[i];
       u[j] += row[j] * k[i];
@@ -86,7 +86,7 @@ void kda_token(float* S, std::size_t K, std::size_t V, const float* alpha, const
   for (std::size_t j = 0; j < V; ++j) u[j] = beta * (v[j] - u[j]);
   for (std::size_t j = 0; j < V; ++j) o[j] = 0.0f;
   for (std::size_t i = 0; i < K; ++i) {
-    float* row = S + i * V;
+    float* row = S + i * ld;
     for (std::size_t j = 0; j < V; ++j) {
       row[j] += k[i] * u[j];
       o[j] += row[j] * q[i];
