@@ -15,6 +15,15 @@ using namespace detail;
 
 namespace {
 
+// A KDA conv weight [channels][kernel] as KdaLayer keeps it, [kernel][channels].
+std::vector<float> taps_by_offset(const std::vector<float>& per_channel, std::size_t kernel) {
+  const std::size_t channels = per_channel.size() / kernel;
+  std::vector<float> out(per_channel.size());
+  for (std::size_t ch = 0; ch < channels; ++ch)
+    for (std::size_t j = 0; j < kernel; ++j) out[j * channels + ch] = per_channel[ch * kernel + j];
+  return out;
+}
+
 // The dense kv_b_proj [heads*(nope+v), kv_lora] of this rank's heads, as the absorbed per-head
 // matrices: K_h^T [kv_lora, nope] (fp32, transposed once) and V_h [v, kv_lora] (in place).
 void absorb_dense_kv_b(const Weight& w, std::size_t heads, std::size_t N, std::size_t Vd,
@@ -127,9 +136,9 @@ Engine::Impl::Impl(const ModelConfig& config, const WeightStore& ws, const dist:
       k.q = lin(src.q_proj);
       k.k = lin(src.k_proj);
       k.v = lin(src.v_proj);
-      k.conv_q = vec(src.q_conv1d);
-      k.conv_k = vec(src.k_conv1d);
-      k.conv_v = vec(src.v_conv1d);
+      k.conv_q = taps_by_offset(vec(src.q_conv1d), conv_kernel);
+      k.conv_k = taps_by_offset(vec(src.k_conv1d), conv_kernel);
+      k.conv_v = taps_by_offset(vec(src.v_conv1d), conv_kernel);
       k.f_a = lin(src.f_a_proj);
       k.f_b = lin(src.f_b_proj);
       k.b = lin(src.b_proj);
@@ -207,7 +216,7 @@ void Engine::reset_slot(int slot) {
   s.conv.assign(m.kda_layers, std::vector<float>(3 * m.kda_width * (m.conv_kernel - 1), 0.0f));
   s.pending = 0;
   s.kda_after.assign(m.kda_layers, {});
-  s.conv_after.assign(m.kda_layers, {});
+  s.conv_inputs.assign(m.kda_layers, {});
 }
 
 void Engine::copy_slot(int from, int to) {
@@ -234,9 +243,17 @@ void Engine::commit(int slot, std::size_t accepted) {
   const std::size_t row = m.kv_lora + m.rope_dim;
   for (auto& cache : s.mla) cache.resize(s.position * row);  // rejected rows go by position
   for (std::size_t l = 0; l < m.kda_layers; ++l) {
-    const std::size_t state = s.kda[l].size(), window = s.conv[l].size();
+    const std::size_t state = s.kda[l].size();
     std::copy_n(&s.kda_after[l][(accepted - 1) * state], state, s.kda[l].data());
-    std::copy_n(&s.conv_after[l][(accepted - 1) * window], window, s.conv[l].data());
+    // The window after `accepted` tokens: the last `past` rows of [window; their inputs].
+    const std::size_t P = m.kda_width, past = m.conv_kernel - 1, n = s.pending;
+    const std::size_t kept = past > accepted ? past - accepted : 0, taken = past - kept;
+    for (std::size_t which = 0; which < 3; ++which) {
+      float* w = s.conv[l].data() + which * past * P;
+      const float* inputs = s.conv_inputs[l].data() + which * n * P;
+      std::copy(w + taken * P, w + past * P, w);
+      std::copy_n(inputs + (accepted - taken) * P, taken * P, w + kept * P);
+    }
   }
   s.pending = 0;
 }

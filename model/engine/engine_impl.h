@@ -37,7 +37,10 @@ struct MlaLayer {
 struct KdaLayer {
   Linear q, k, v, f_a, f_b, b, g;
   RowParallelLinear o;  // over attention TP
-  std::vector<float> conv_q, conv_k, conv_v, decay, dt_bias, o_norm;
+  // The conv taps by offset, [kernel][local channels]: row kernel-1 multiplies the current input,
+  // row j the input kernel-1-j tokens back (the checkpoint stores [channels][kernel]).
+  std::vector<float> conv_q, conv_k, conv_v;
+  std::vector<float> decay, dt_bias, o_norm;
   int state_index = 0;
 };
 
@@ -59,12 +62,14 @@ struct Layer {
 struct Slot {
   std::vector<std::vector<float>> mla;   // per MLA layer: [position][kv_lora + rope]
   std::vector<std::vector<float>> kda;   // per KDA layer: S [local heads][D][D]
-  std::vector<std::vector<float>> conv;  // per KDA layer: q, k, v [local channels][kernel-1]
+  std::vector<std::vector<float>>
+      conv;  // per KDA layer: q, k, v [kernel-1][local channels], oldest first
   std::size_t position = 0;
   // A speculative step's tokens awaiting Engine::commit, and per KDA layer the recurrent state
-  // [tokens][heads][D][D] and conv window [tokens][3][channels][kernel-1] after each of them.
+  // after each of them [tokens][heads][D][D] and their pre-conv inputs [3][tokens][channels]
+  // (the window after any prefix of them follows from those).
   std::size_t pending = 0;
-  std::vector<std::vector<float>> kda_after, conv_after;
+  std::vector<std::vector<float>> kda_after, conv_inputs;
 };
 
 // A matrix the engine (or a drafter) multiplies: dequantized to F32 when `exact`, else

@@ -16,9 +16,12 @@ void kda_recurrent(KdaHead& in, float* S, float* states_after, std::size_t after
     const float* g = &in.g[t * K];
     for (std::size_t i = 0; i < K; ++i) alpha[i] = std::exp(g[i]);
     // S = diag(exp(g)) S; u = S^T k; S += k (beta (v - u))^T; o = S^T q (after the update).
-    math.kda_token(S, V, K, V, alpha.data(), &in.k[t * K], &in.q[t * K], &in.v[t * V], in.beta[t],
-                   u.data(), &in.o[t * V]);
-    if (states_after) std::copy_n(S, K * V, states_after + t * after_stride);
+    // With snapshots, token t goes from the previous token's snapshot (S for the first) into
+    // its own, and S is only read.
+    const float* from = states_after && t > 0 ? states_after + (t - 1) * after_stride : S;
+    float* to = states_after ? states_after + t * after_stride : S;
+    math.kda_token(from, to, V, K, V, alpha.data(), &in.k[t * K], &in.q[t * K], &in.v[t * V],
+                   in.beta[t], u.data(), &in.o[t * V]);
   }
 }
 

@@ -25,9 +25,9 @@ struct KdaHead {
   }
 };
 
-// S is [D key][D value], carried in and out. `states_after` (optional) receives S after each
-// token t at states_after + t * after_stride (0: D * D, one [tokens][D][D] array): a verify
-// step's per-token snapshots, one of which is committed.
+// S is [D key][D value], carried in and out. With `states_after`, S is only read and the state
+// after each token t goes to states_after + t * after_stride (0: D * D, one [tokens][D][D]
+// array): a verify step's per-token snapshots, one of which is committed.
 void kda_recurrent(KdaHead& head, float* S, float* states_after = nullptr,
                    std::size_t after_stride = 0);
 // Chunks of `chunk` tokens at most, fewer when the gate's lower bound needs it to keep the

@@ -13,6 +13,29 @@ namespace k3::model::engine {
 
 using namespace detail;
 
+namespace {
+
+// Step 1's causal depthwise conv of one projection over n tokens, every channel at once.
+// `history` holds the `past` previous inputs (oldest first) then the n new ones, [past + n][P];
+// `taps` is [past + 1][P] (KdaLayer::conv_q). Each output is the current input's product, then
+// the history's added oldest first, as reference::causal_conv_step adds them.
+void causal_conv(const float* history, std::size_t n, std::size_t P, std::size_t past,
+                 const float* taps, float* out) {
+  const float* current_tap = taps + past * P;
+  for (std::size_t t = 0; t < n; ++t) {
+    float* o = out + t * P;
+    const float* current = history + (t + past) * P;
+    for (std::size_t ch = 0; ch < P; ++ch) o[ch] = current_tap[ch] * current[ch];
+    for (std::size_t j = 0; j < past; ++j) {
+      const float* tap = taps + j * P;
+      const float* earlier = history + (t + j) * P;
+      for (std::size_t ch = 0; ch < P; ++ch) o[ch] += tap[ch] * earlier[ch];
+    }
+  }
+}
+
+}  // namespace
+
 // Section 2.4, KDA over this rank's heads.
 void Engine::Impl::kda(const KdaLayer& w, const Rows& x, std::span<const StepSequence> batch,
                        const BatchRows& br, Rows& out) {
@@ -36,51 +59,42 @@ void Engine::Impl::kda(const KdaLayer& w, const Rows& x, std::span<const StepSeq
   // lower bound below), beta = sigmoid(b x), the output gate sigmoid(g x).
   Rows decay_gate(T * P);
   for (std::size_t t = 0; t < T; ++t)
-    for (std::size_t ch = 0; ch < P; ++ch)
-      decay_gate[t * P + ch] = w.decay[ch / D] * (z[t * P + ch] + w.dt_bias[ch]);
+    for (std::size_t h = 0; h < kda_heads; ++h)
+      for (std::size_t d = 0; d < D; ++d) {
+        const std::size_t ch = h * D + d;
+        decay_gate[t * P + ch] = w.decay[h] * (z[t * P + ch] + w.dt_bias[ch]);
+      }
   sigmoid_rows(decay_gate);
   sigmoid_rows(b);
   sigmoid_rows(gate);
 
+  // 1. Causal depthwise conv (over the window of previous pre-conv inputs) then SiLU. A verify
+  //    step leaves the window alone and keeps its tokens' inputs for Engine::commit.
   Rows o(T * P);
+  Rows* proj[3] = {&q, &k, &v};
+  const std::vector<float>* taps[3] = {&w.conv_q, &w.conv_k, &w.conv_v};
+  Rows history;
   for (std::size_t i = 0; i < batch.size(); ++i) {
     Slot& s = slots[static_cast<std::size_t>(batch[i].slot)];
     const auto layer = static_cast<std::size_t>(w.state_index);
     const std::size_t n = br.count[i], off = br.offset[i];
-    // A verify step convolves over a copy of the window and keeps the window after each token;
-    // the slot's own window waits for Engine::commit.
-    std::vector<float> verify_window;
-    float* window = s.conv[layer].data();
-    const std::size_t window_size = s.conv[layer].size();
     if (batch[i].speculative) {
-      verify_window = s.conv[layer];
-      window = verify_window.data();
-      s.conv_after[layer].resize(n * window_size);
+      s.conv_inputs[layer].resize(3 * n * P);
       s.kda_after[layer].resize(n * kda_heads * D * D);
     }
-    // 1. Causal depthwise conv (carrying the previous pre-conv inputs) then SiLU, token by token.
-    Rows* proj[3] = {&q, &k, &v};
-    const std::vector<float>* taps[3] = {&w.conv_q, &w.conv_k, &w.conv_v};
-    for (int which = 0; which < 3; ++which) {
-      float* hist_all = window + static_cast<std::size_t>(which) * P * past;
-      for (std::size_t t = off; t < off + n; ++t) {
-        float* row = &(*proj[which])[t * P];
-        for (std::size_t ch = 0; ch < P; ++ch) {
-          float* hist = hist_all + ch * past;
-          const float* tw = &(*taps[which])[ch * kernel];
-          float acc = tw[past] * row[ch];
-          for (std::size_t j = 0; j < past; ++j) acc += tw[j] * hist[j];
-          for (std::size_t j = 0; j + 1 < past; ++j) hist[j] = hist[j + 1];
-          if (past > 0) hist[past - 1] = row[ch];
-          row[ch] = acc;
-        }
-        silu_rows(std::span<float>(row, P));
-        if (batch[i].speculative) {
-          std::copy_n(hist_all, P * past,
-                      &s.conv_after[layer][(t - off) * window_size +
-                                           static_cast<std::size_t>(which) * P * past]);
-        }
+    for (std::size_t which = 0; which < 3; ++which) {
+      float* window = s.conv[layer].data() + which * past * P;
+      float* rows = proj[which]->data() + off * P;
+      history.resize((past + n) * P);
+      std::copy_n(window, past * P, history.data());
+      std::copy_n(rows, n * P, history.data() + past * P);
+      if (batch[i].speculative) {
+        std::copy_n(rows, n * P, s.conv_inputs[layer].data() + which * n * P);
+      } else {
+        std::copy_n(history.data() + n * P, past * P, window);
       }
+      causal_conv(history.data(), n, P, past, taps[which]->data(), rows);
+      silu_rows(std::span<float>(rows, n * P));
     }
   }
   // 2-6 per (sequence, head), in parallel: l2 norms, the decay gate, beta, the delta rule over
@@ -112,12 +126,10 @@ void Engine::Impl::kda(const KdaLayer& w, const Rows& x, std::span<const StepSeq
     const auto layer = static_cast<std::size_t>(w.state_index);
     float* S = &s.kda[layer][h * D * D];
     if (batch[i].speculative) {
-      // The token recurrence from a copy of the state, keeping the state after every token
-      // (the decode steps' own arithmetic, so an accepted token's state is the one decoding
-      // it would have left).
-      // The snapshots go straight to their place, token j's of head h at (j heads + h) D D.
-      std::vector<float> state(S, S + D * D);
-      kda_recurrent(head, state.data(), &s.kda_after[layer][h * D * D], kda_heads * D * D);
+      // The token recurrence from the state, which it leaves alone, into the state after every
+      // token (the decode steps' own arithmetic, so an accepted token's state is the one
+      // decoding it would have left), token j's of head h at (j heads + h) D D.
+      kda_recurrent(head, S, &s.kda_after[layer][h * D * D], kda_heads * D * D);
     } else if (n > 1 && opt.kda_chunk > 0) {
       kda_chunked(head, S, opt.kda_chunk, lower);
     } else {

@@ -142,8 +142,9 @@ K3_AVX2 void lane_sums(const float* x, const float* w, size_t n, double* sq, dou
 // stay in registers over the key rows, and its columns of S are swept twice while in L1. Each
 // element sees the scalar operations in the scalar order; the last V % 32 columns go through
 // the scalar kernel itself.
-K3_AVX2 void kda_token(float* S, size_t ld, size_t K, size_t V, const float* alpha, const float* k,
-                       const float* q, const float* v, float beta, float* u, float* o) {
+K3_AVX2 void kda_token(const float* S_in, float* S, size_t ld, size_t K, size_t V,
+                       const float* alpha, const float* k, const float* q, const float* v,
+                       float beta, float* u, float* o) {
   constexpr size_t kChunk = 32, kVecs = kChunk / 8;
   const size_t V32 = V / kChunk * kChunk;
   const __m256 b = _mm256_set1_ps(beta);
@@ -151,10 +152,11 @@ K3_AVX2 void kda_token(float* S, size_t ld, size_t K, size_t V, const float* alp
     __m256 uv[kVecs], ov[kVecs];
     for (size_t c = 0; c < kVecs; ++c) uv[c] = ov[c] = _mm256_setzero_ps();
     for (size_t i = 0; i < K; ++i) {
+      const float* in = S_in + i * ld + j0;
       float* row = S + i * ld + j0;
       const __m256 a = _mm256_set1_ps(alpha[i]), ki = _mm256_set1_ps(k[i]);
       for (size_t c = 0; c < kVecs; ++c) {
-        const __m256 r = _mm256_mul_ps(_mm256_loadu_ps(row + 8 * c), a);
+        const __m256 r = _mm256_mul_ps(_mm256_loadu_ps(in + 8 * c), a);
         _mm256_storeu_ps(row + 8 * c, r);
         uv[c] = _mm256_add_ps(uv[c], _mm256_mul_ps(r, ki));
       }
@@ -175,7 +177,8 @@ K3_AVX2 void kda_token(float* S, size_t ld, size_t K, size_t V, const float* alp
     for (size_t c = 0; c < kVecs; ++c) _mm256_storeu_ps(o + j0 + 8 * c, ov[c]);
   }
   if (V32 < V) {
-    scalar_math().kda_token(S + V32, ld, K, V - V32, alpha, k, q, v + V32, beta, u + V32, o + V32);
+    scalar_math().kda_token(S_in + V32, S + V32, ld, K, V - V32, alpha, k, q, v + V32, beta,
+                            u + V32, o + V32);
   }
 }
 

@@ -66,13 +66,13 @@ struct MathKernels {
   void (*tanh)(float* x, std::size_t n) = nullptr;
   void (*lane_sums)(const float* x, const float* w, std::size_t n, double* sq,
                     double* dot) = nullptr;
-  // One token of the KDA delta rule on S [K][V] (rows ld floats apart; kda.cpp), alpha[i] =
-  // exp(g[i]) given: S = diag(alpha) S; u = beta (v - S^T k); S += k u^T; o = S^T q.
-  // Multiplies and adds kept apart (no FMA) and each element's operations in the same order on
-  // every path.
-  void (*kda_token)(float* S, std::size_t ld, std::size_t K, std::size_t V, const float* alpha,
-                    const float* k, const float* q, const float* v, float beta, float* u,
-                    float* o) = nullptr;
+  // One token of the KDA delta rule from S_in to S (each [K][V], rows ld floats apart; S_in may
+  // be S; kda.cpp), alpha[i] = exp(g[i]) given: S = diag(alpha) S_in; u = beta (v - S^T k);
+  // S += k u^T; o = S^T q. Multiplies and adds kept apart (no FMA) and each element's operations
+  // in the same order on every path.
+  void (*kda_token)(const float* S_in, float* S, std::size_t ld, std::size_t K, std::size_t V,
+                    const float* alpha, const float* k, const float* q, const float* v, float beta,
+                    float* u, float* o) = nullptr;
 };
 
 const MathKernels& scalar_math();

@@ -73,13 +73,15 @@ void lane_sums(const float* x, const float* w, std::size_t n, double* sq, double
   }
 }
 
-void kda_token(float* S, std::size_t ld, std::size_t K, std::size_t V, const float* alpha,
-               const float* k, const float* q, const float* v, float beta, float* u, float* o) {
+void kda_token(const float* S_in, float* S, std::size_t ld, std::size_t K, std::size_t V,
+               const float* alpha, const float* k, const float* q, const float* v, float beta,
+               float* u, float* o) {
   for (std::size_t j = 0; j < V; ++j) u[j] = 0.0f;
   for (std::size_t i = 0; i < K; ++i) {
+    const float* in = S_in + i * ld;
     float* row = S + i * ld;
     for (std::size_t j = 0; j < V; ++j) {
-      row[j] *= alpha[i];
+      row[j] = in[j] * alpha[i];
       u[j] += row[j] * k[i];
     }
   }

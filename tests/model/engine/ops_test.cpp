@@ -321,15 +321,26 @@ TEST(EngineOps, KdaRecurrenceGivesTheSameBitsOnEveryIsa) {
     for (float& x : head.beta) x = 0.5f + 0.1f * normal(rng);
     std::vector<float> state0(dim * dim);
     for (float& x : state0) x = normal(rng);
+    // In place (decode), and into per-token snapshots from a state left alone (verify): the
+    // last snapshot is the state decoding leaves, on every ISA.
     std::vector<float> out[2], state[2], after[2];
     int at = 0;
     for (Isa isa : {Isa::kScalar, Isa::kAvx2}) {
       quant::set_active_isa(isa);
       model::engine::KdaHead h = head;
       state[at] = state0;
-      after[at].resize(tokens * dim * dim);
-      model::engine::kda_recurrent(h, state[at].data(), after[at].data());
+      model::engine::kda_recurrent(h, state[at].data());
       out[at] = h.o;
+      model::engine::KdaHead verify = head;
+      std::vector<float> kept = state0;
+      after[at].resize(tokens * dim * dim);
+      model::engine::kda_recurrent(verify, kept.data(), after[at].data());
+      EXPECT_EQ(bits(kept), bits(state0)) << "the state under snapshots, dim " << dim;
+      EXPECT_EQ(bits(verify.o), bits(h.o)) << "outputs with snapshots, dim " << dim;
+      EXPECT_EQ(bits(std::vector<float>(after[at].end() - static_cast<std::ptrdiff_t>(dim * dim),
+                                        after[at].end())),
+                bits(state[at]))
+          << "the last snapshot, dim " << dim;
       ++at;
     }
     EXPECT_EQ(bits(out[0]), bits(out[1])) << "outputs, dim " << dim;
