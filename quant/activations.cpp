@@ -27,15 +27,12 @@ std::int8_t code_of(float v) {
 }
 
 void quantize_q8_32(const float* x, size_t cols, bool even_odd, std::int8_t* qs, float* d,
-                    std::int32_t* isum, float* xsum, float* dsum, float* row_xsum) {
+                    std::int32_t* isum, float* xsum, float* row_xsum) {
   float rx = 0.0f;
   for (size_t b = 0; b < cols / 32; ++b) {
     const float* xb = x + 32 * b;
-    float amax = 0.0f, sum = 0.0f;
-    for (int j = 0; j < 32; ++j) {
-      amax = std::max(amax, std::fabs(xb[j]));
-      sum += xb[j];
-    }
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
     const float scale = amax / 127.0f;
     const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
     std::int32_t s = 0;
@@ -49,11 +46,14 @@ void quantize_q8_32(const float* x, size_t cols, bool even_odd, std::int8_t* qs,
     }
     d[b] = scale;
     isum[b] = s;
-    xsum[b] = sum;
-    dsum[b] = scale * static_cast<float>(s);
-    rx += sum;
+    if (xsum != nullptr) {
+      float sum = 0.0f;
+      for (int j = 0; j < 32; ++j) sum += xb[j];
+      xsum[b] = sum;
+      rx += sum;
+    }
   }
-  *row_xsum = rx;
+  if (row_xsum != nullptr) *row_xsum = rx;
 }
 
 // ggml's quantize_row_q8_K_ref: scale from the signed value of largest magnitude.
@@ -122,9 +122,10 @@ Activations Activations::prepare(ActFormat format, std::span<const float> x, std
   } else {
     a.isum_.resize(nb);
     a.nisum_.resize(nb);
-    a.xsum_.resize(nb);
-    a.dsum_.resize(nb);
-    a.row_xsum_.resize(rows);
+    if (format == ActFormat::kQ8Block32Sums) {
+      a.xsum_.resize(nb);
+      a.row_xsum_.resize(rows);
+    }
   }
   // The AVX-512 quantizer gives the same bits (a scalar call per element was ~9 % of a
   // speculative decode round).
@@ -142,9 +143,10 @@ Activations Activations::prepare(ActFormat format, std::span<const float> x, std
     if (format == ActFormat::kQ8K) {
       q8_k(xr, cols, qs, d, a.bsums_.data() + r * v.blocks * 16);
     } else {
+      const bool sums = format == ActFormat::kQ8Block32Sums;
       q8_block32(xr, cols, format == ActFormat::kQ8Block32EvenOdd, qs, d,
-                 a.isum_.data() + r * v.blocks, a.xsum_.data() + r * v.blocks,
-                 a.dsum_.data() + r * v.blocks, a.row_xsum_.data() + r);
+                 a.isum_.data() + r * v.blocks, sums ? a.xsum_.data() + r * v.blocks : nullptr,
+                 sums ? a.row_xsum_.data() + r : nullptr);
     }
   };
   if (rows >= 8) {
@@ -199,7 +201,6 @@ Activations Activations::prepare(ActFormat format, std::span<const float> x, std
   v.isum = a.isum_.empty() ? nullptr : a.isum_.data();
   v.nisum = a.nisum_.empty() ? nullptr : a.nisum_.data();
   v.xsum = a.xsum_.empty() ? nullptr : a.xsum_.data();
-  v.dsum = a.dsum_.empty() ? nullptr : a.dsum_.data();
   v.row_xsum = a.row_xsum_.empty() ? nullptr : a.row_xsum_.data();
   v.bsums = a.bsums_.empty() ? nullptr : a.bsums_.data();
   return a;

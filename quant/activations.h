@@ -23,9 +23,8 @@ struct ActView {
   const float* d = nullptr;             // block scale: x ~ d * q      [rows, blocks]
   const std::int32_t* isum = nullptr;   // Q8 32: sum of the 32 codes  [rows, blocks]
   const std::int32_t* nisum = nullptr;  // Q8 32: -isum (seeds exact integer offset corrections)
-  const float* xsum = nullptr;          // Q8 32: exact sum of the 32 inputs (offset terms)
-  const float* dsum = nullptr;          // Q8 32: d * isum, the sum of the dequantized block
-  const float* row_xsum = nullptr;      // Q8 32: per row, exact sum of x             [rows]
+  const float* xsum = nullptr;          // Q8 32 sums: exact sum of the 32 inputs (offsets)
+  const float* row_xsum = nullptr;      // Q8 32 sums: per row, exact sum of x        [rows]
   const std::int16_t* bsums = nullptr;  // Q8_K: sums of 16 codes      [rows, blocks*16]
 
   // Rows >= kInterleaveMinRows: the same codes for GEMM kernels, grouped by 16 activation
@@ -71,7 +70,6 @@ class Activations {
   std::vector<std::int32_t> isum_;
   std::vector<std::int32_t> nisum_;
   std::vector<float> xsum_;
-  std::vector<float> dsum_;
   std::vector<float> row_xsum_;
   std::vector<std::int16_t> bsums_;
   std::vector<std::int8_t> qs16_;

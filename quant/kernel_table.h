@@ -56,10 +56,11 @@ inline constexpr std::size_t kTileUnits = 16;
 // groups, nu <= 16 * kVnniTileGroups (AVX-512 VNNI only; elsewhere the groups are unpacked).
 //
 // Activations: one row of `cols` floats into 32-element int8 blocks (ActFormat kQ8Block32 or,
-// with even_odd, kQ8Block32EvenOdd), with the same bits as quantize_q8_32 in activations.cpp.
+// with even_odd, kQ8Block32EvenOdd), with the same bits as quantize_q8_32 in activations.cpp;
+// the exact input sums (kQ8Block32Sums) only when xsum and row_xsum are not null.
 using Q8Block32Quantizer = void (*)(const float* x, std::size_t cols, bool even_odd,
                                     std::int8_t* qs, float* d, std::int32_t* isum, float* xsum,
-                                    float* dsum, float* row_xsum);
+                                    float* row_xsum);
 
 // One row into 256-element K-quant blocks (ActFormat kQ8K), with the same bits as
 // quantize_q8_k in activations.cpp.

@@ -1669,7 +1669,7 @@ K3_512_INLINE __m512i q8_codes(__m512 v, float inv) {
 // a NaN there), the float sum in element order (kept scalar: a vector sum would reorder it),
 // codes by vrndscaleps (round to nearest even, as nearbyint), NaN to 0, clamped to +-127.
 K3_512 void q8_block32_row(const float* x, size_t cols, bool even_odd, std::int8_t* qs, float* d,
-                           std::int32_t* isum, float* xsum, float* dsum, float* row_xsum) {
+                           std::int32_t* isum, float* xsum, float* row_xsum) {
   // Even/odd order (compressed-tensors MXFP4): codes of the even elements, then the odd ones.
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
@@ -1681,8 +1681,6 @@ K3_512 void q8_block32_row(const float* x, size_t cols, bool even_odd, std::int8
     const __m512 a0 = _mm512_mask_abs_ps(zero, _mm512_cmp_ps_mask(x0, x0, _CMP_ORD_Q), x0);
     const __m512 a1 = _mm512_mask_abs_ps(zero, _mm512_cmp_ps_mask(x1, x1, _CMP_ORD_Q), x1);
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
-    float sum = 0.0f;
-    for (int j = 0; j < 32; ++j) sum += xb[j];
     const float scale = amax / 127.0f;
     const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
     if (even_odd) {
@@ -1696,11 +1694,14 @@ K3_512 void q8_block32_row(const float* x, size_t cols, bool even_odd, std::int8
     const std::int32_t s = _mm512_reduce_add_epi32(_mm512_add_epi32(c0, c1));
     d[b] = scale;
     isum[b] = s;
-    xsum[b] = sum;
-    dsum[b] = scale * static_cast<float>(s);
-    rx += sum;
+    if (xsum != nullptr) {  // element order, as the scalar quantizer
+      float sum = 0.0f;
+      for (int j = 0; j < 32; ++j) sum += xb[j];
+      xsum[b] = sum;
+      rx += sum;
+    }
   }
-  *row_xsum = rx;
+  if (row_xsum != nullptr) *row_xsum = rx;
 }
 
 // quantize_q8_k (activations.cpp) with the same bits: the scale from the first element of the

@@ -35,9 +35,9 @@ constexpr std::array<TypeTraits, kTypeCount> kTraits = {{
     // compressed-tensors MXFP4: 16 bytes of codes per 32 elements, the E8M0 scales apart.
     {Type::kMXFP4Packed, "CT_MXFP4", kBlock32, kBlock32 / 2, kBlock32, true,
      ActFormat::kQ8Block32EvenOdd, -1, nullptr, nullptr},
-    {Type::kModelSlimInt8, "MS_INT8", 1, 1, kBlock32, true, ActFormat::kQ8Block32, -1, nullptr,
+    {Type::kModelSlimInt8, "MS_INT8", 1, 1, kBlock32, true, ActFormat::kQ8Block32Sums, -1, nullptr,
      nullptr},
-    {Type::kModelSlimInt4, "MS_INT4", 2, 1, kBlock32, true, ActFormat::kQ8Block32, -1, nullptr,
+    {Type::kModelSlimInt4, "MS_INT4", 2, 1, kBlock32, true, ActFormat::kQ8Block32Sums, -1, nullptr,
      nullptr},
 }};
 // The table is indexed by the enum.
@@ -108,6 +108,8 @@ std::string_view name(ActFormat format) {
       return "Q8_32_EVEN_ODD";
     case ActFormat::kQ8K:
       return "Q8_K";
+    case ActFormat::kQ8Block32Sums:
+      return "Q8_32_SUMS";
   }
   return "?";
 }

@@ -37,9 +37,11 @@ inline constexpr std::size_t kTypeCount = 11;
 // How the kernels want the activations for a weight type.
 enum class ActFormat : std::uint8_t {
   kF32,               // plain floats (F32, F16, BF16 weights)
-  kQ8Block32,         // int8 per block of 32, float scale per block (Q8_0, Q4_0, MXFP4, ModelSlim)
+  kQ8Block32,         // int8 per block of 32, float scale per block (Q8_0, Q4_0, MXFP4)
   kQ8Block32EvenOdd,  // as kQ8Block32, each block stored as [even elements, odd elements]
   kQ8K,               // ggml-style Q8_K: int8 per block of 256, float scale, int16 sums of 16
+  kQ8Block32Sums,     // as kQ8Block32, plus each block's and row's exact input sum (ModelSlim's
+                      // offsets subtract offset * sum(x))
 };
 
 // One row of a self-contained type to and from floats (n a multiple of block_elems): the scalar
