@@ -15,6 +15,8 @@ const detail::MathKernels& detail::math_kernels(quant::Isa isa) {
                      " but this CPU supports at most " +
                      std::string(quant::name(quant::detected_isa())));
   }
+  const detail::MathKernels& avx512 = detail::avx512_math();
+  if (isa >= quant::Isa::kAvx512 && avx512.situ != nullptr) return avx512;
   const detail::MathKernels& avx2 = detail::avx2_math();
   return isa >= quant::Isa::kAvx2 && avx2.situ != nullptr ? avx2 : detail::scalar_math();
 }

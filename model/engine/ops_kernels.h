@@ -3,11 +3,12 @@
 //
 // Every kernel widens to double and takes all its transcendentals from one expm1, so a float
 // result is the correctly rounded double value up to ~1e-11 relative (float libm-style code
-// accumulates several ulp over SiTU's three transcendentals and five roundings). The scalar and
-// AVX2 versions execute the same IEEE operations in the same order (FMA where the other uses
-// FMA, the same clamps, the same constants below), so one element gives the same bits on either
-// path and wherever it sits in the array: the AVX2 kernels run a short tail through the same
-// vector code on a padded copy. Their files are compiled with -ffp-contract=off to keep it so.
+// accumulates several ulp over SiTU's three transcendentals and five roundings). The scalar,
+// AVX2 and AVX-512 versions execute the same IEEE operations in the same order (FMA where the
+// scalar code uses std::fma, the same clamps, the same constants below), so one element gives
+// the same bits on every path and wherever it sits in the array: the vector kernels
+// (ops_simd.inc) run a short tail through the same vector code on a padded copy. Their files are
+// compiled with -ffp-contract=off to keep it so.
 #pragma once
 
 #include <cstddef>
@@ -78,6 +79,8 @@ struct MathKernels {
 const MathKernels& scalar_math();
 // Null entries when this build has no AVX2 code (not x86-64).
 const MathKernels& avx2_math();
+// Null entries when this build has no AVX-512 code (not x86-64).
+const MathKernels& avx512_math();
 // The kernels for `isa`: the AVX2 ones from kAvx2 up where this build has them, else the
 // scalar ones. A UsageError when the CPU does not have `isa`.
 const MathKernels& math_kernels(quant::Isa isa);

@@ -246,28 +246,32 @@ TEST(EngineOps, BitsIndependentOfPositionAndLength) {
   }
 }
 
-// The portable kernels are the AVX2 kernels' model: the same bits, element for element.
-TEST(EngineOps, ScalarAndAvx2GiveTheSameBits) {
-  if (quant::detected_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2 on this CPU";
+// The portable kernels are the vector kernels' model: the same bits, element for element, on
+// every ISA this CPU has.
+TEST(EngineOps, ScalarAndVectorKernelsGiveTheSameBits) {
   const auto values = test_values(100000, 7);
   std::vector<float> up = values;
   std::shuffle(up.begin(), up.end(), std::mt19937(8));
-  for (const auto& c : kUnary) {
-    std::vector<float> a = values, b = values;
-    c.f(a, Isa::kScalar);
-    c.f(b, Isa::kAvx2);
-    EXPECT_EQ(bits(a), bits(b)) << c.name;
-  }
-  for (const auto& beta : kBetas) {
-    std::vector<float> a = values, b = values;
-    situ_rows(a, up, beta[0], beta[1], Isa::kScalar);
-    situ_rows(b, up, beta[0], beta[1], Isa::kAvx2);
-    EXPECT_EQ(bits(a), bits(b)) << "situ " << beta[0] << " " << beta[1];
+  for (Isa isa : quant::available_isas()) {
+    if (isa == Isa::kScalar) continue;
+    for (const auto& c : kUnary) {
+      std::vector<float> a = values, b = values;
+      c.f(a, Isa::kScalar);
+      c.f(b, isa);
+      EXPECT_EQ(bits(a), bits(b)) << c.name << " on " << quant::name(isa);
+    }
+    for (const auto& beta : kBetas) {
+      std::vector<float> a = values, b = values;
+      situ_rows(a, up, beta[0], beta[1], Isa::kScalar);
+      situ_rows(b, up, beta[0], beta[1], isa);
+      EXPECT_EQ(bits(a), bits(b)) << "situ " << beta[0] << " " << beta[1] << " on "
+                                  << quant::name(isa);
+    }
   }
 }
 
 // RMSNorm and the AttnRes mix add their double sums in eight lanes in one fixed order
-// (ops_kernels.h lane_sums): the scalar and AVX2 paths give the same bits, tails included,
+// (ops_kernels.h lane_sums): the scalar and vector paths give the same bits, tails included,
 // and the values stay within double rounding of a plain sequential sum.
 TEST(EngineOps, NormAndAttnResSumsGiveTheSameBitsOnEveryIsa) {
   if (quant::detected_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2 on this CPU";
@@ -281,17 +285,19 @@ TEST(EngineOps, NormAndAttnResSumsGiveTheSameBitsOnEveryIsa) {
     for (float& v : score) v = normal(rng);
     const std::vector<const float*> sources = {&x[0], &x[dim], &x[2 * dim]};
     std::vector<float> norm[2], mix[2];
-    int at = 0;
-    for (Isa isa : {Isa::kScalar, Isa::kAvx2}) {
+    for (Isa isa : quant::available_isas()) {
+      const int at = isa == Isa::kScalar ? 0 : 1;
       quant::set_active_isa(isa);
       norm[at].resize(3 * dim);
       mix[at].resize(dim);
       model::engine::rms_norm(x.data(), 3, dim, weight, 1e-6, norm[at].data());
       model::engine::attn_res_mix(sources, dim, score, 1e-6, mix[at].data());
-      ++at;
+      if (at == 0) continue;  // the scalar path comes first
+      EXPECT_EQ(bits(norm[0]), bits(norm[1]))
+          << "rms_norm, dim " << dim << " on " << quant::name(isa);
+      EXPECT_EQ(bits(mix[0]), bits(mix[1]))
+          << "attn_res_mix, dim " << dim << " on " << quant::name(isa);
     }
-    EXPECT_EQ(bits(norm[0]), bits(norm[1])) << "rms_norm, dim " << dim;
-    EXPECT_EQ(bits(mix[0]), bits(mix[1])) << "attn_res_mix, dim " << dim;
     for (std::size_t r = 0; r < 3; ++r) {
       double sum_sq = 0;
       for (std::size_t i = 0; i < dim; ++i) sum_sq += double(x[r * dim + i]) * x[r * dim + i];
