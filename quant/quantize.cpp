@@ -139,6 +139,40 @@ MatrixView QuantizedMatrix::view() const {
   return v;
 }
 
+QuantizedMatrix stack_rows(const MatrixView& top, const MatrixView& bottom) {
+  const bool same_side_arrays = top.e8m0.empty() == bottom.e8m0.empty() &&
+                                top.scale.empty() == bottom.scale.empty() &&
+                                top.offset.empty() == bottom.offset.empty() &&
+                                top.group_scale.empty() == bottom.group_scale.empty() &&
+                                top.group_offset.empty() == bottom.group_offset.empty();
+  if (top.type != bottom.type || top.cols != bottom.cols || top.group_size != bottom.group_size ||
+      top.interleave != 0 || bottom.interleave != 0 || !same_side_arrays) {
+    throw InputError("quant: cannot stack " + describe(bottom) + " under " + describe(top) +
+                     " (one type, width and layout needed)");
+  }
+  QuantizedMatrix m;
+  m.type = top.type;
+  m.rows = top.rows + bottom.rows;
+  m.cols = top.cols;
+  m.group_size = top.group_size;
+  auto join = [](auto& out, const auto& a, const auto& b) {
+    out.assign(a.begin(), a.end());
+    out.insert(out.end(), b.begin(), b.end());
+  };
+  join(m.data, top.data, bottom.data);
+  join(m.e8m0, top.e8m0, bottom.e8m0);
+  join(m.scale, top.scale, bottom.scale);
+  join(m.offset, top.offset, bottom.offset);
+  join(m.group_scale, top.group_scale, bottom.group_scale);
+  join(m.group_offset, top.group_offset, bottom.group_offset);
+  if (m.data.size() != data_bytes(m.type, m.rows, m.cols)) {
+    throw InputError("quant: stacking " + describe(top) + " and " + describe(bottom) + " gave " +
+                     std::to_string(m.data.size()) + " bytes, not the " +
+                     std::to_string(data_bytes(m.type, m.rows, m.cols)) + " of its shape");
+  }
+  return m;
+}
+
 QuantizedMatrix quantize(Type type, std::span<const float> w, std::size_t rows, std::size_t cols,
                          const QuantizeOptions& options) {
   QuantizedMatrix m;

@@ -35,6 +35,12 @@ struct QuantizedMatrix {
   MatrixView view() const;
 };
 
+// The rows of `top` then those of `bottom` as one owned matrix (both in the checkpoint layout,
+// of one type, width and ModelSlim mode; InputError otherwise): two projections of one input,
+// such as an expert's gate and up, multiplied in one pass. Each row keeps its bytes, so every
+// product row has the bits it had in its own matrix.
+QuantizedMatrix stack_rows(const MatrixView& top, const MatrixView& bottom);
+
 // Quantizes a row-major fp32 matrix w [rows, cols]. GGUF block types use the reference rule of
 // reference.h (rows are independent, so this runs in parallel with oneTBB); ModelSlim:
 //   MS_INT8: scale = amax/127 per row, q = round(w/scale) in [-127, 127], offset 0

@@ -161,15 +161,16 @@ Engine::Impl::Impl(const ModelConfig& config, const WeightStore& ws, const dist:
       x.up_proj = lin(src.routed_expert_up_proj);
       const Weight &w1 = *src.w1, &w3 = *src.w3, &w2 = *src.w2;
       for (std::size_t i = 0; i < static_cast<std::size_t>(w1.shape.at(0)); ++i) {
-        x.w1.push_back(product_matrix(w1.expert(i), w1.mapped(), exact, opt.repack_weights));
-        x.w3.push_back(product_matrix(w3.expert(i), w3.mapped(), exact, opt.repack_weights));
+        x.w13.push_back(Linear::stacked(w1.expert(i), w3.expert(i), exact, opt.repack_weights));
+        if (w1.mapped()) FileMapping::release(w1.expert(i).data);  // the stack holds a copy
+        if (w3.mapped()) FileMapping::release(w3.expert(i).data);
         x.w2.push_back(product_matrix(w2.expert(i), w2.mapped(), exact, opt.repack_weights));
       }
       if (src.shared_experts) x.shared = glu(*src.shared_experts, layout.shared_experts_group());
       if (!experts) {  // every MoE layer holds the same slice of the experts
         experts.emplace(groups, c.num_experts, c.num_experts_per_token,
                         static_cast<std::size_t>(c.routed_expert_hidden_size),
-                        static_cast<int>(w1.box.begin.at(0)), x.w1.size());
+                        static_cast<int>(w1.box.begin.at(0)), x.w13.size());
       }
     }
     layers.push_back(std::move(L));

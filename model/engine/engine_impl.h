@@ -47,7 +47,9 @@ struct KdaLayer {
 struct Moe {
   Linear router, down_proj, up_proj;
   std::vector<float> bias, norm;
-  std::vector<Linear> w1, w3, w2;  // local experts, from the dispatcher's first local expert
+  // Local experts, from the dispatcher's first local expert: gate (w1) rows then up (w3) rows
+  // in one matrix, and down (w2).
+  std::vector<Linear> w13, w2;
   std::optional<ParallelMlp> shared;
 };
 

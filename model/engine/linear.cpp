@@ -53,6 +53,16 @@ Linear Linear::repacked(const quant::MatrixView& view) {
   return out;
 }
 
+Linear Linear::stacked(const quant::MatrixView& top, const quant::MatrixView& bottom, bool exact,
+                       bool repack) {
+  auto both = std::make_shared<quant::QuantizedMatrix>(quant::stack_rows(top, bottom));
+  Linear out = exact    ? Linear(both->view(), true)
+               : repack ? repacked(both->view())
+                        : Linear(both->view(), false);
+  if (!out.owned_) out.owned_ = std::move(both);  // still a view of the stacked bytes
+  return out;
+}
+
 Linear::Linear(std::vector<float> values, std::size_t rows, std::size_t cols) {
   if (values.size() != rows * cols) {
     throw InternalError("Linear: " + std::to_string(values.size()) + " values for [" +

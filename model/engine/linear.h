@@ -29,6 +29,11 @@ class Linear {
   // false). Products give the same bits either way; the repacked batch-1 GEMV reads its weights
   // as a few sequential streams at about the read bandwidth (docs/PERFORMANCE.md).
   static Linear repacked(const quant::MatrixView& view);
+  // The rows of `top` then those of `bottom` (quant::stack_rows) as one matrix, dequantized to
+  // F32 when `exact`, else repacked when `repack` (and the ISA has a kernel), else held as
+  // stacked: an expert's gate and up in one product.
+  static Linear stacked(const quant::MatrixView& top, const quant::MatrixView& bottom, bool exact,
+                        bool repack);
   bool is_repacked() const { return view_.interleave != 0; }
 
   std::size_t rows() const { return view_.rows; }

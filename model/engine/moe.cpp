@@ -35,17 +35,22 @@ void Engine::Impl::moe(const Moe& w, const Rows& x, std::size_t n, Rows& out) {
 
   const float beta = static_cast<float>(c.situ_beta);
   const float linear_beta = static_cast<float>(c.situ_linear_beta);
-  Rows y = experts->run(routes, z, ns,
-                        [&](std::size_t e, std::span<const float> in, std::size_t m, Rows& d) {
-                          const std::size_t inner = w.w1[e].rows();
-                          Rows g(m * inner), u(m * inner);
-                          d.resize(m * latent);
-                          SharedInput expert_in(in, m);
-                          expert_in.apply(w.w1[e], g);
-                          expert_in.apply(w.w3[e], u);
-                          situ_rows(g, u, beta, linear_beta);
-                          w.w2[e].apply(g, m, d);
-                        });
+  // An expert's gate and up are one product ([gate | up] per row); SiTU row by row, then the
+  // rows' activations packed together for the down projection.
+  Rows y = experts->run(
+      routes, z, ns, [&](std::size_t e, std::span<const float> in, std::size_t m, Rows& d) {
+        const std::size_t inner = w.w13[e].rows() / 2;
+        Rows gu(m * 2 * inner);
+        w.w13[e].apply(in, m, gu);
+        for (std::size_t i = 0; i < m; ++i) {
+          float* gate = &gu[i * 2 * inner];
+          situ_rows(std::span<float>(gate, inner), std::span<const float>(gate + inner, inner),
+                    beta, linear_beta);
+          if (i > 0) std::copy_n(gate, inner, &gu[i * inner]);
+        }
+        d.resize(m * latent);
+        w.w2[e].apply(std::span<const float>(gu).first(m * inner), m, d);
+      });
   rms_norm(y.data(), ns, latent, w.norm, c.rms_norm_eps, y.data());
   Rows up(ns * hidden);
   w.up_proj.apply(y, ns, up);

@@ -223,6 +223,75 @@ TEST(QuantRepack, VnniOrderGivesThePlainLayoutsBits) {
   }
 }
 
+// stack_rows (an expert's gate and up as one matrix): every row of the stacked product has the
+// bits of its own matrix's product, plain and in the VNNI order, on every ISA, ModelSlim's
+// per-row scales and offsets and MS_INT4's group scales carried along with their rows.
+TEST(QuantStack, RowsKeepTheirOwnMatricesBits) {
+  std::mt19937_64 rng(23);
+  struct Case {
+    Type type;
+    QuantizeOptions options;
+  };
+  QuantizeOptions groups;
+  groups.group_size = 64;
+  groups.asymmetric = true;
+  QuantizeOptions offsets;
+  offsets.asymmetric = true;
+  const Case cases[] = {{Type::kQ8_0, {}},
+                        {Type::kQ4_0, {}},
+                        {Type::kQ2_K, {}},
+                        {Type::kQ3_K, {}},
+                        {Type::kModelSlimInt8, offsets},
+                        {Type::kModelSlimInt4, groups}};
+  for (const Case& c : cases) {
+    const std::size_t cols =
+        cols_of(c.type, 2) * (c.type == Type::kQ2_K || c.type == Type::kQ3_K ? 1 : 4);
+    const std::size_t top_rows = 48, bottom_rows = 32;
+    const QuantizedMatrix top =
+        quantize(c.type, heavy_tailed(rng, top_rows * cols), top_rows, cols, c.options);
+    const QuantizedMatrix bottom =
+        quantize(c.type, heavy_tailed(rng, bottom_rows * cols), bottom_rows, cols, c.options);
+    const QuantizedMatrix both = stack_rows(top.view(), bottom.view());
+    ASSERT_EQ(both.rows, top_rows + bottom_rows);
+    std::vector<MatrixView> stacked = {both.view()};
+    Repacked packed;
+    if (can_repack_vnni(c.type)) {
+      packed = repack_vnni(both.view());
+      stacked.push_back(packed.view());
+    }
+    for (std::size_t n : {1u, 3u, 8u}) {
+      const std::vector<float> x = heavy_tailed(rng, n * cols);
+      const Activations a = Activations::prepare(traits(c.type).act, x, n, cols);
+      for (Isa isa : available_isas()) {
+        std::vector<float> t(n * top_rows), b(n * bottom_rows), want;
+        gemm(top.view(), a, t, isa);
+        gemm(bottom.view(), a, b, isa);
+        for (std::size_t i = 0; i < n; ++i) {
+          want.insert(want.end(), t.begin() + i * top_rows, t.begin() + (i + 1) * top_rows);
+          want.insert(want.end(), b.begin() + i * bottom_rows, b.begin() + (i + 1) * bottom_rows);
+        }
+        for (const MatrixView& v : stacked) {
+          std::vector<float> got(n * both.rows, -1.0f);
+          gemm(v, a, got, isa);
+          ASSERT_TRUE(same_bits(got, want))
+              << name(c.type) << (v.vnni ? " VNNI" : " plain") << " " << name(isa) << " n=" << n;
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantStack, RejectsMatricesThatDoNotStack) {
+  std::mt19937_64 rng(29);
+  const QuantizedMatrix q8 = quantize(Type::kQ8_0, heavy_tailed(rng, 16 * 64), 16, 64);
+  const QuantizedMatrix q4 = quantize(Type::kQ4_0, heavy_tailed(rng, 16 * 64), 16, 64);
+  const QuantizedMatrix wide = quantize(Type::kQ8_0, heavy_tailed(rng, 16 * 96), 16, 96);
+  EXPECT_THROW(stack_rows(q8.view(), q4.view()), InputError);
+  EXPECT_THROW(stack_rows(q8.view(), wide.view()), InputError);
+  const Repacked packed = repack_vnni(q8.view());
+  EXPECT_THROW(stack_rows(packed.view(), q8.view()), InputError);
+}
+
 TEST(QuantRepack, GemvDotAndThreadsAgree) {
   std::mt19937_64 rng(3);
   // 50 groups of 4 and 3 tail rows; 12 VNNI groups (a full batch-1 tile and 4 more) and 11.
