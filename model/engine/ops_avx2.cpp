@@ -1,6 +1,6 @@
-// AVX2 + FMA element-wise kernels (ops_kernels.h): ops_simd.inc on 4 doubles, and the KDA token
-// step. The vector code is compiled in a `#pragma GCC target` region (the table accessor
-// outside it), so nothing AVX2 runs before the cpuid check.
+// AVX2 + FMA element-wise kernels (ops_kernels.h): ops_simd.inc on 4 doubles and 8 floats. The
+// vector code is compiled in a `#pragma GCC target` region (the table accessor outside it), so
+// nothing AVX2 runs before the cpuid check.
 #include <cstring>
 
 #include "model/engine/ops_kernels.h"
@@ -45,50 +45,17 @@ constexpr size_t kLanes = 4;
 }
 [[gnu::always_inline]] inline void store(double* p, Doubles v) { _mm256_storeu_pd(p, v); }
 
-#include "model/engine/ops_simd.inc"
+using Floats = __m256;
+constexpr size_t kFloatLanes = 8;
 
-// ops_scalar.cpp's kda_token, 32 value columns at a time (four vectors): the chunk's u and o
-// stay in registers over the key rows, and its columns of S are swept twice while in L1. Each
-// element sees the scalar operations in the scalar order; the last V % 32 columns go through
-// the scalar kernel itself.
-void kda_token(const float* S_in, float* S, size_t ld, size_t K, size_t V, const float* alpha,
-               const float* k, const float* q, const float* v, float beta, float* u, float* o) {
-  constexpr size_t kChunk = 32, kVecs = kChunk / 8;
-  const size_t V32 = V / kChunk * kChunk;
-  const __m256 b = _mm256_set1_ps(beta);
-  for (size_t j0 = 0; j0 < V32; j0 += kChunk) {
-    __m256 uv[kVecs], ov[kVecs];
-    for (size_t c = 0; c < kVecs; ++c) uv[c] = ov[c] = _mm256_setzero_ps();
-    for (size_t i = 0; i < K; ++i) {
-      const float* in = S_in + i * ld + j0;
-      float* row = S + i * ld + j0;
-      const __m256 a = _mm256_set1_ps(alpha[i]), ki = _mm256_set1_ps(k[i]);
-      for (size_t c = 0; c < kVecs; ++c) {
-        const __m256 r = _mm256_mul_ps(_mm256_loadu_ps(in + 8 * c), a);
-        _mm256_storeu_ps(row + 8 * c, r);
-        uv[c] = _mm256_add_ps(uv[c], _mm256_mul_ps(r, ki));
-      }
-    }
-    for (size_t c = 0; c < kVecs; ++c) {
-      uv[c] = _mm256_mul_ps(b, _mm256_sub_ps(_mm256_loadu_ps(v + j0 + 8 * c), uv[c]));
-      _mm256_storeu_ps(u + j0 + 8 * c, uv[c]);
-    }
-    for (size_t i = 0; i < K; ++i) {
-      float* row = S + i * ld + j0;
-      const __m256 ki = _mm256_set1_ps(k[i]), qi = _mm256_set1_ps(q[i]);
-      for (size_t c = 0; c < kVecs; ++c) {
-        const __m256 r = _mm256_add_ps(_mm256_loadu_ps(row + 8 * c), _mm256_mul_ps(ki, uv[c]));
-        _mm256_storeu_ps(row + 8 * c, r);
-        ov[c] = _mm256_add_ps(ov[c], _mm256_mul_ps(r, qi));
-      }
-    }
-    for (size_t c = 0; c < kVecs; ++c) _mm256_storeu_ps(o + j0 + 8 * c, ov[c]);
-  }
-  if (V32 < V) {
-    scalar_math().kda_token(S_in + V32, S + V32, ld, K, V - V32, alpha, k, q, v + V32, beta,
-                            u + V32, o + V32);
-  }
-}
+[[gnu::always_inline]] inline Floats fset1(float v) { return _mm256_set1_ps(v); }
+[[gnu::always_inline]] inline Floats fload(const float* p) { return _mm256_loadu_ps(p); }
+[[gnu::always_inline]] inline void fstore(float* p, Floats v) { _mm256_storeu_ps(p, v); }
+[[gnu::always_inline]] inline Floats fadd(Floats a, Floats b) { return _mm256_add_ps(a, b); }
+[[gnu::always_inline]] inline Floats fsub(Floats a, Floats b) { return _mm256_sub_ps(a, b); }
+[[gnu::always_inline]] inline Floats fmul(Floats a, Floats b) { return _mm256_mul_ps(a, b); }
+
+#include "model/engine/ops_simd.inc"
 
 }  // namespace
 }  // namespace k3::model::engine::detail

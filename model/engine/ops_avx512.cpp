@@ -1,6 +1,6 @@
-// AVX-512 element-wise kernels (ops_kernels.h): ops_simd.inc on 8 doubles, twice the AVX2 width
-// for SiTU, the sigmoid gates, SiLU and the norms' lane sums; the KDA token step is AVX2's. As in
-// ops_avx2.cpp, only the table accessor is compiled outside the target region.
+// AVX-512 element-wise kernels (ops_kernels.h): ops_simd.inc on 8 doubles and 16 floats, twice
+// the AVX2 width for SiTU, the sigmoid gates, SiLU, the norms' lane sums and the KDA token step.
+// As in ops_avx2.cpp, only the table accessor is compiled outside the target region.
 #include <cstring>
 
 #include "model/engine/ops_kernels.h"
@@ -50,6 +50,16 @@ constexpr size_t kLanes = 8;
 }
 [[gnu::always_inline]] inline void store(double* p, Doubles v) { _mm512_storeu_pd(p, v); }
 
+using Floats = __m512;
+constexpr size_t kFloatLanes = 16;
+
+[[gnu::always_inline]] inline Floats fset1(float v) { return _mm512_set1_ps(v); }
+[[gnu::always_inline]] inline Floats fload(const float* p) { return _mm512_loadu_ps(p); }
+[[gnu::always_inline]] inline void fstore(float* p, Floats v) { _mm512_storeu_ps(p, v); }
+[[gnu::always_inline]] inline Floats fadd(Floats a, Floats b) { return _mm512_add_ps(a, b); }
+[[gnu::always_inline]] inline Floats fsub(Floats a, Floats b) { return _mm512_sub_ps(a, b); }
+[[gnu::always_inline]] inline Floats fmul(Floats a, Floats b) { return _mm512_mul_ps(a, b); }
+
 #include "model/engine/ops_simd.inc"
 
 }  // namespace
@@ -59,7 +69,7 @@ constexpr size_t kLanes = 8;
 
 namespace k3::model::engine::detail {
 const MathKernels& avx512_math() {
-  static const MathKernels table{situ, sigmoid, silu, tanh, lane_sums, avx2_math().kda_token};
+  static const MathKernels table{situ, sigmoid, silu, tanh, lane_sums, kda_token};
   return table;
 }
 }  // namespace k3::model::engine::detail
