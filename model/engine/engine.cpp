@@ -161,9 +161,10 @@ Engine::Impl::Impl(const ModelConfig& config, const WeightStore& ws, const dist:
       x.up_proj = lin(src.routed_expert_up_proj);
       const Weight &w1 = *src.w1, &w3 = *src.w3, &w2 = *src.w2;
       for (std::size_t i = 0; i < static_cast<std::size_t>(w1.shape.at(0)); ++i) {
-        x.w13.push_back(Linear::stacked(w1.expert(i), w3.expert(i), exact, opt.repack_weights));
-        if (w1.mapped()) FileMapping::release(w1.expert(i).data);  // the stack holds a copy
-        if (w3.mapped()) FileMapping::release(w3.expert(i).data);
+        const quant::MatrixView gate = w1.expert(i), up = w3.expert(i);
+        x.w13.push_back(Linear::stacked(gate, up, exact, opt.repack_weights));
+        if (w1.mapped()) FileMapping::release(gate.data);  // the stack holds a copy
+        if (w3.mapped()) FileMapping::release(up.data);
         x.w2.push_back(product_matrix(w2.expert(i), w2.mapped(), exact, opt.repack_weights));
       }
       if (src.shared_experts) x.shared = glu(*src.shared_experts, layout.shared_experts_group());

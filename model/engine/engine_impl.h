@@ -64,8 +64,8 @@ struct Layer {
 struct Slot {
   std::vector<std::vector<float>> mla;   // per MLA layer: [position][kv_lora + rope]
   std::vector<std::vector<float>> kda;   // per KDA layer: S [local heads][D][D]
-  std::vector<std::vector<float>>
-      conv;  // per KDA layer: q, k, v [kernel-1][local channels], oldest first
+  // per KDA layer: q, k, v [kernel-1][local channels], oldest first
+  std::vector<std::vector<float>> conv;
   std::size_t position = 0;
   // A speculative step's tokens awaiting Engine::commit, and per KDA layer the recurrent state
   // after each of them [tokens][heads][D][D] and their pre-conv inputs [3][tokens][channels]

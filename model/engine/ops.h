@@ -30,8 +30,8 @@ void l2_norm(float* x, std::size_t dim, double eps);
 // within the error of a halfway point: within 6e-8 relative (half an ulp), or half a denormal's
 // spacing below FLT_MIN. No NaN from finite inputs, and inf only where the exact SiTU overflows
 // float (betas near FLT_MAX). One element gives the same bits wherever it sits in the array,
-// whatever the array's length and whichever ISA runs it (AVX2 or the portable code), so batch
-// composition cannot change tokens.
+// whatever the array's length and whichever ISA runs it (AVX2, AVX-512 or the portable code), so
+// batch composition cannot change tokens.
 //
 // gate[i] = situ(gate[i], up[i]) for an [n, width] pair of projections; up.size() >= gate.size().
 void situ_rows(std::span<float> gate, std::span<const float> up, float beta, float beta_lin);

@@ -51,9 +51,9 @@ inline SituParams situ_params(float beta, float beta_lin) {
 
 // Double sums of a float row in eight lanes: element i goes into lane i mod 8 (converted to
 // double, multiplied, then added: no FMA), sq[l] = sum x^2 and, when w is not null, dot[l] =
-// sum x w. The lanes are independent chains (a vector's lanes on AVX2), where one sequential
-// double sum per row was latency-bound; lane_total adds them in one fixed order, so scalar and
-// AVX2 give the same bits.
+// sum x w. The lanes are independent chains (a vector's lanes on AVX2 and AVX-512), where one
+// sequential double sum per row was latency-bound; lane_total adds them in one fixed order, so
+// every ISA gives the same bits.
 inline constexpr std::size_t kSumLanes = 8;
 inline double lane_total(const double* l) {
   return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
@@ -81,8 +81,8 @@ const MathKernels& scalar_math();
 const MathKernels& avx2_math();
 // Null entries when this build has no AVX-512 code (not x86-64).
 const MathKernels& avx512_math();
-// The kernels for `isa`: the AVX2 ones from kAvx2 up where this build has them, else the
-// scalar ones. A UsageError when the CPU does not have `isa`.
+// The kernels for `isa`: the AVX-512 ones from kAvx512 up and the AVX2 ones from kAvx2 up where
+// this build has them, else the scalar ones. A UsageError when the CPU does not have `isa`.
 const MathKernels& math_kernels(quant::Isa isa);
 
 }  // namespace k3::model::engine::detail

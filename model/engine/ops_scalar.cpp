@@ -1,5 +1,5 @@
-// Portable element-wise kernels: the fallback without AVX2 and the model the AVX2 kernels must
-// match bit for bit (ops_kernels.h). Every step mirrors one instruction of ops_avx2.cpp.
+// Portable element-wise kernels: the fallback without AVX2 and the model the vector kernels must
+// match bit for bit (ops_kernels.h). Every step mirrors one instruction of ops_simd.inc.
 #include <bit>
 #include <cmath>
 
