@@ -87,11 +87,8 @@ void attn_res_mix(std::span<const float* const> sources, std::size_t dim,
   double total = 0;
   for (double& x : s) total += (x = std::exp(x - top));
   std::fill(out, out + dim, 0.0f);
-  for (std::size_t i = 0; i < n; ++i) {
-    const float alpha = static_cast<float>(s[i] / total);
-    const float* v = sources[i];
-    for (std::size_t d = 0; d < dim; ++d) out[d] += alpha * v[d];
-  }
+  for (std::size_t i = 0; i < n; ++i)
+    k.scaled_add(out, sources[i], static_cast<float>(s[i] / total), dim);
 }
 
 void route_top_k(std::span<const float> logits, std::span<const float> bias, int k, float scaling,

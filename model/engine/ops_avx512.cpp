@@ -69,7 +69,7 @@ constexpr size_t kFloatLanes = 16;
 
 namespace k3::model::engine::detail {
 const MathKernels& avx512_math() {
-  static const MathKernels table{situ, sigmoid, silu, tanh, lane_sums, kda_token};
+  static const MathKernels table{situ, sigmoid, silu, tanh, lane_sums, scaled_add, kda_token};
   return table;
 }
 }  // namespace k3::model::engine::detail

@@ -67,6 +67,8 @@ struct MathKernels {
   void (*tanh)(float* x, std::size_t n) = nullptr;
   void (*lane_sums)(const float* x, const float* w, std::size_t n, double* sq,
                     double* dot) = nullptr;
+  // out[i] += alpha * x[i] for i < n: multiply, then add (no FMA).
+  void (*scaled_add)(float* out, const float* x, float alpha, std::size_t n) = nullptr;
   // One token of the KDA delta rule from S_in to S (each [K][V], rows ld floats apart; S_in may
   // be S; kda.cpp), alpha[i] = exp(g[i]) given: S = diag(alpha) S_in; u = beta (v - S^T k);
   // S += k u^T; o = S^T q. Multiplies and adds kept apart (no FMA) and each element's operations

@@ -73,6 +73,10 @@ void lane_sums(const float* x, const float* w, std::size_t n, double* sq, double
   }
 }
 
+void scaled_add(float* out, const float* x, float alpha, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) out[i] += alpha * x[i];
+}
+
 void kda_token(const float* S_in, float* S, std::size_t ld, std::size_t K, std::size_t V,
                const float* alpha, const float* k, const float* q, const float* v, float beta,
                float* u, float* o) {
@@ -99,7 +103,7 @@ void kda_token(const float* S_in, float* S, std::size_t ld, std::size_t K, std::
 }  // namespace
 
 const MathKernels& scalar_math() {
-  static const MathKernels table{situ, sigmoid, silu, tanh, lane_sums, kda_token};
+  static const MathKernels table{situ, sigmoid, silu, tanh, lane_sums, scaled_add, kda_token};
   return table;
 }
 
