@@ -20,10 +20,14 @@ void Engine::Impl::moe(const Moe& w, const Rows& x, std::size_t n, Rows& out) {
   const TokenShares shares(groups.attn_tp(), n);
   const std::vector<std::size_t>& share = shares.mine();
   const std::size_t ns = share.size();
-  Rows xs(ns * hidden);
-  for (std::size_t i = 0; i < ns; ++i) std::copy_n(&x[share[i] * hidden], hidden, &xs[i * hidden]);
+  Rows xs;  // this rank's share of the rows, unless that is all of them
+  if (ns < n) {
+    xs.resize(ns * hidden);
+    for (std::size_t i = 0; i < ns; ++i)
+      std::copy_n(&x[share[i] * hidden], hidden, &xs[i * hidden]);
+  }
   Rows logits(ns * E), z(ns * latent);
-  SharedInput share_in(xs, ns);
+  SharedInput share_in(ns < n ? std::span<const float>(xs) : std::span<const float>(x), ns);
   share_in.apply(w.router, logits);
   share_in.apply(w.down_proj, z);
   std::vector<Route> routes(ns * ku);
@@ -54,7 +58,7 @@ void Engine::Impl::moe(const Moe& w, const Rows& x, std::size_t n, Rows& out) {
   rms_norm(y.data(), ns, latent, w.norm, c.rms_norm_eps, y.data());
   Rows up(ns * hidden);
   w.up_proj.apply(y, ns, up);
-  out = shares.assemble(up, hidden);
+  out = shares.assemble(std::move(up), hidden);
   if (w.shared) {
     Rows shared;
     w.shared->apply(x, n, shared);

@@ -84,10 +84,13 @@ ParallelMlp ParallelMlp::swiglu(Linear gate, Linear up, Linear down, RowGroup ro
 
 void ParallelMlp::apply(std::span<const float> x, std::size_t n, Rows& out) const {
   const std::size_t hidden = gate_.cols();
-  const auto in = rows_.gather(x, n, hidden);
+  // Without a gather (no DP LM head group) the rows are read where they are.
+  const auto in =
+      rows_.gathers() ? rows_.gather(x, n, hidden) : RowGroup::Gathered<float>{{}, n, 0};
+  const std::span<const float> rows = rows_.gathers() ? std::span<const float>(in.rows) : x;
   const std::size_t inner = gate_.rows();
   Rows g(in.total * inner), u(in.total * inner), y(in.total * hidden, 0.0f);
-  SharedInput shared(in.rows, in.total);
+  SharedInput shared(rows, in.total);
   shared.apply(gate_, g);
   shared.apply(up_, u);
   if (swiglu_) {
@@ -97,6 +100,10 @@ void ParallelMlp::apply(std::span<const float> x, std::size_t n, Rows& out) cons
     situ_rows(g, u, situ_beta_, situ_linear_beta_);
   }
   down_.apply(g, in.total, y);
+  if (in.mine == 0 && in.total == n) {
+    out = std::move(y);
+    return;
+  }
   out.assign(y.begin() + static_cast<std::ptrdiff_t>(in.mine * hidden),
              y.begin() + static_cast<std::ptrdiff_t>((in.mine + n) * hidden));
 }
@@ -147,13 +154,13 @@ TokenShares::TokenShares(const dist::Comm& attn_tp, std::size_t n) : comm_(&attn
     mine_.push_back(t);
 }
 
-Rows TokenShares::assemble(std::span<const float> rows, std::size_t width) const {
+Rows TokenShares::assemble(Rows rows, std::size_t width) const {
   const auto size = static_cast<std::size_t>(comm_->size());
-  if (size == 1) return Rows(rows.begin(), rows.end());
+  if (size == 1) return rows;
   std::vector<int> counts(size);  // rank r holds tokens r, r + size, ...
   for (std::size_t r = 0; r < size; ++r)
     counts[r] = static_cast<int>((n_ > r ? (n_ - r + size - 1) / size : 0) * width);
-  const auto all = dist::allgatherv(*comm_, rows, std::move(counts));
+  const auto all = dist::allgatherv(*comm_, std::span<const float>(rows), std::move(counts));
   Rows out(n_ * width);
   for (std::size_t r = 0; r < size; ++r) {
     const float* src = all.data.data() + all.displs[r];

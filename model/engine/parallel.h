@@ -145,8 +145,9 @@ class TokenShares {
  public:
   TokenShares(const dist::Comm& attn_tp, std::size_t n);
   const std::vector<std::size_t>& mine() const { return mine_; }  // token indices, ascending
-  // Rows [mine().size(), width] of this rank -> [n, width] of the whole group.
-  Rows assemble(std::span<const float> rows, std::size_t width) const;
+  // Rows [mine().size(), width] of this rank -> [n, width] of the whole group (the rows
+  // themselves when the group is this rank alone).
+  Rows assemble(Rows rows, std::size_t width) const;
 
  private:
   const dist::Comm* comm_;
