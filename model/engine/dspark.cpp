@@ -229,8 +229,8 @@ struct Drafter::Impl {
 
   // Equation 3's attention for one layer: every block row of a sequence sees the sequence's
   // whole context and every row of its block (non-causal), per local head over its KV group.
-  // Per (sequence, KV head): its keys and values gathered into [keys, D] matrices, the scores of
-  // the group's query rows one F32 product, and the weighted values one more (scalar loops over
+  // Per (sequence, KV head): its keys and values gathered, the scores of the group's query rows
+  // one F32 product over the keys as lanes, and the weighted values one more (scalar loops over
   // 16-wide heads were ~2 % of a verify round).
   void attend(std::size_t l, std::span<const DraftRequest> batch, std::size_t G, const Rows& q,
               const Rows& kb, const Rows& vb, Rows& out) const {
@@ -242,24 +242,24 @@ struct Drafter::Impl {
       const std::size_t i = job / kv_heads, kvh = job % kv_heads;
       const DraftSlot& ds = slots[static_cast<std::size_t>(batch[i].slot)];
       const std::size_t P = ds.context, keys = P + G, rows = group * G;
-      // Key j < P is context position j, then the block's rows.
-      Rows k(keys * D), v(keys * D), qs(rows * D), score(rows * keys);
+      // Key j < P is context position j, then the block's rows: the keys transposed ([D][keys],
+      // so that a score row is one product over keys as lanes), the values as they are.
+      Rows kt(D * keys), v(keys * D), qs(rows * D), score(rows * keys);
       for (std::size_t j = 0; j < keys; ++j) {
         const std::size_t from = (j < P ? j : i * G + j - P) * KW + kvh * D;
-        std::copy_n((j < P ? ds.keys[l].data() : kb.data()) + from, D, &k[j * D]);
-        std::copy_n((j < P ? ds.values[l].data() : vb.data()) + from, D, &v[j * D]);
+        const float* key = (j < P ? ds.keys[l].data() : kb.data()) + from;
+        const float* value = (j < P ? ds.values[l].data() : vb.data()) + from;
+        for (std::size_t e = 0; e < D; ++e) {
+          kt[e * keys + j] = key[e];
+          v[j * D + e] = value[e];
+        }
       }
       // Query row (h, r): head kvh * group + h of block row r.
       for (std::size_t h = 0; h < group; ++h)
         for (std::size_t r = 0; r < G; ++r)
-          std::copy_n(&q[(i * G + r) * QW + (kvh * group + h) * D], D, &qs[(h * G + r) * D]);
-      quant::MatrixView kv;
-      kv.type = quant::Type::kF32;
-      kv.rows = keys;
-      kv.cols = D;
-      kv.data = std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(k.data()),
-                                              k.size() * sizeof(float));
-      Linear(kv, false).apply(qs, rows, score);
+          for (std::size_t e = 0; e < D; ++e)
+            qs[(h * G + r) * D + e] = q[(i * G + r) * QW + (kvh * group + h) * D + e];
+      quant::gemm_f32_nn(rows, keys, D, qs.data(), D, kt.data(), keys, score.data(), keys);
       for (std::size_t r = 0; r < rows; ++r) {
         float* sc = &score[r * keys];
         float top = -std::numeric_limits<float>::infinity();
