@@ -84,7 +84,7 @@ ParallelMlp ParallelMlp::swiglu(Linear gate, Linear up, Linear down, RowGroup ro
 
 void ParallelMlp::apply(std::span<const float> x, std::size_t n, Rows& out) const {
   const std::size_t hidden = gate_.cols();
-  // Without a gather (no DP LM head group) the rows are read where they are.
+  // Without a gather over DP groups (RowGroup) the rows are read where they are.
   const auto in =
       rows_.gathers() ? rows_.gather(x, n, hidden) : RowGroup::Gathered<float>{{}, n, 0};
   const std::span<const float> rows = rows_.gathers() ? std::span<const float>(in.rows) : x;

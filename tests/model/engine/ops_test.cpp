@@ -282,7 +282,10 @@ TEST(EngineOps, NormAndAttnResSumsGiveTheSameBitsOnEveryIsa) {
     std::vector<float> x(3 * dim), weight(dim), score(dim);
     for (float& v : x) v = normal(rng) * 3.0f;
     for (float& v : weight) v = 1.0f + 0.1f * normal(rng);
-    for (float& v : score) v = normal(rng);
+    // Logits of order 1, so that every source weighs in the mix (a unit score vector gives
+    // logits ~ sqrt(dim) apart, one source's weight ~1, and hides the weighted sum's rounding).
+    const float score_scale = 1.0f / std::sqrt(static_cast<float>(dim));
+    for (float& v : score) v = normal(rng) * score_scale;
     const std::vector<const float*> sources = {&x[0], &x[dim], &x[2 * dim]};
     std::vector<float> norm[2], mix[2];
     for (Isa isa : quant::available_isas()) {
