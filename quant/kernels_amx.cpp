@@ -85,6 +85,16 @@ K3_AMX inline __attribute__((always_inline)) void epilogue(const std::int32_t (*
   }
 }
 
+// The seed (-isum * 128) and scale of each activation row [m0, m0 + m) at block b, as 16 lanes.
+K3_AMX inline void store_seeds(const ActView& a, size_t m0, size_t m, size_t b,
+                               std::int32_t (*seed)[16], float (*dx)[16]) {
+  for (size_t i = 0; i < m; ++i) {
+    const size_t ab = (m0 + i) * a.blocks + b;
+    _mm512_store_si512(seed[i], _mm512_set1_epi32(a.nisum[ab] * kOffset));
+    _mm512_store_ps(dx[i], _mm512_set1_ps(a.d[ab]));
+  }
+}
+
 // Activation rows [m0, m0 + m) against `groups` consecutive 16-row groups from g0, the block
 // loop outside so the groups are read as side-by-side streams (prefetched on the first pass).
 K3_AMX void q8_rows(const uint8_t* g0, size_t gstride, size_t groups, const ActView& a, size_t m0,
@@ -94,16 +104,18 @@ K3_AMX void q8_rows(const uint8_t* g0, size_t gstride, size_t groups, const ActV
   for (size_t s = 0; s < groups; ++s)
     for (size_t i = 0; i < m; ++i)
       for (int k = 0; k < 4; ++k) acc[s][i][k] = _mm512_setzero_ps();
-  alignas(64) std::int32_t prod[2][kMaxRows][16];
-  alignas(64) std::int32_t seed[kMaxRows][16];  // -isum * 128 of each activation row
-  alignas(64) float dx[kMaxRows][16];
+  // The products of block b are stored to prod[b % 2] and read back one block later: a load
+  // right behind a tile store waits for the store to commit (hot 8-row products ~7 % faster).
+  alignas(64) std::int32_t prod[2][kVnniTileGroups][kMaxRows][16];
+  // The seeds (-isum * 128 of each activation row) and scales are stored a block ahead, for the
+  // same reason; a block's scales are read until the end of the next block, hence three.
+  alignas(64) std::int32_t seed[2][kMaxRows][16];
+  alignas(64) float dx[3][kMaxRows][16];
+  if (nb > 0) store_seeds(a, m0, m, 0, seed[0], dx[0]);
   for (size_t b = 0; b < nb; ++b) {
-    const size_t k = b % 4;
-    for (size_t i = 0; i < m; ++i) {
-      const size_t ab = (m0 + i) * nb + b;
-      _mm512_store_si512(seed[i], _mm512_set1_epi32(a.nisum[ab] * kOffset));
-      _mm512_store_ps(dx[i], _mm512_set1_ps(a.d[ab]));
-    }
+    const size_t cur = b % 2;
+    const size_t prev = cur ^ 1;
+    if (b + 1 < nb) store_seeds(a, m0, m, b + 1, seed[cur ^ 1], dx[(b + 1) % 3]);
     _tile_loadd(0, a.qs + 32 * (m0 * nb + b), static_cast<long>(32 * nb));
     const size_t ahead = b * kSuper + kPrefetch;
     const size_t jump = ahead >= gstride ? (groups - 1) * gstride : 0;
@@ -118,18 +130,27 @@ K3_AMX void q8_rows(const uint8_t* g0, size_t gstride, size_t groups, const ActV
         }
       }
       _tile_loadd(1, p0, 64);
-      _tile_loadd(3, seed, 64);
+      _tile_loadd(3, seed[cur], 64);
       _tile_dpbsud(3, 0, 1);
       if (pair) {
         _tile_loadd(2, p1, 64);
-        _tile_loadd(4, seed, 64);
+        _tile_loadd(4, seed[cur], 64);
         _tile_dpbsud(4, 0, 2);
       }
-      _tile_stored(3, prod[0], 64);
-      if (pair) _tile_stored(4, prod[1], 64);
-      epilogue(prod[0], p0, dx, m, k, acc[s]);
-      if (pair) epilogue(prod[1], p1, dx, m, k, acc[s + 1]);
+      _tile_stored(3, prod[cur][s], 64);
+      if (pair) _tile_stored(4, prod[cur][s + 1], 64);
+      if (b > 0) {
+        epilogue(prod[prev][s], p0 - kSuper, dx[(b - 1) % 3], m, (b - 1) % 4, acc[s]);
+        if (pair)
+          epilogue(prod[prev][s + 1], p1 - kSuper, dx[(b - 1) % 3], m, (b - 1) % 4, acc[s + 1]);
+      }
     }
+  }
+  if (nb > 0) {
+    const size_t last = (nb - 1) % 2;
+    for (size_t s = 0; s < groups; ++s)
+      epilogue(prod[last][s], g0 + s * gstride + (nb - 1) * kSuper, dx[(nb - 1) % 3], m,
+               (nb - 1) % 4, acc[s]);
   }
   for (size_t s = 0; s < groups; ++s) {
     for (size_t i = 0; i < m; ++i) {
