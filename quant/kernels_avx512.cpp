@@ -183,11 +183,15 @@ K3_512 void float_block(const MatrixView& w, size_t r0, const ActView& a, size_t
   for (int r = 0; r < R; ++r) {
     for (int i = 0; i < NA; ++i) acc[r][i] = _mm512_setzero_ps();
   }
+  // The next R rows at the same offsets (rows are short next to a prefetch distance), on the
+  // first activation pass only, and not past the matrix.
+  const size_t next = r0 + 2 * R <= w.rows && a0 == 0 ? R * n * kEs : 0;
   size_t k = 0;
   for (; k + 16 <= n; k += 16) {
     __m512 wv[R];
     for (int r = 0; r < R; ++r) {
-      prefetch(p[r] + kEs * k);
+      if (next != 0 && k % (64 / kEs) == 0)
+        _mm_prefetch(reinterpret_cast<const char*>(p[r] + kEs * k + next), _MM_HINT_T1);
       wv[r] = load_w16<T>(p[r] + kEs * k);
     }
     for (int i = 0; i < NA; ++i) {
