@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include <oneapi/tbb/parallel_for.h>
+
 #include "common/error.h"
 #include "model/engine/engine_impl.h"
 #include "model/engine/ops.h"
@@ -226,7 +228,7 @@ void Engine::reset_slot(int slot) {
   s.kda.assign(m.kda_layers, std::vector<float>(m.kda_heads * m.kda_dim * m.kda_dim, 0.0f));
   s.conv.assign(m.kda_layers, std::vector<float>(3 * m.kda_width * (m.conv_kernel - 1), 0.0f));
   s.pending = 0;
-  s.kda_after.assign(m.kda_layers, {});
+  s.kda_pending.assign(m.kda_layers, {});
   s.conv_inputs.assign(m.kda_layers, {});
 }
 
@@ -253,9 +255,17 @@ void Engine::commit(int slot, std::size_t accepted) {
   s.position += accepted;
   const std::size_t row = m.kv_lora + m.rope_dim;
   for (auto& cache : s.mla) cache.resize(s.position * row);  // rejected rows go by position
+  // The accepted tokens' recurrence replayed on the state, with the verify step's (and a decode
+  // step's) arithmetic, so the state is bitwise the one decoding them would have left. Cheaper
+  // than a snapshot per verified token: those were written to memory, one per row per layer.
+  const std::size_t D = m.kda_dim;
+  oneapi::tbb::parallel_for(std::size_t{0}, m.kda_layers * m.kda_heads, [&](std::size_t pair) {
+    const std::size_t l = pair / m.kda_heads, h = pair % m.kda_heads;
+    KdaHead& head = s.kda_pending[l].at(h);
+    head.tokens = accepted;
+    kda_recurrent(head, &s.kda[l][h * D * D]);
+  });
   for (std::size_t l = 0; l < m.kda_layers; ++l) {
-    const std::size_t state = s.kda[l].size();
-    std::copy_n(&s.kda_after[l][(accepted - 1) * state], state, s.kda[l].data());
     // The window after `accepted` tokens: the last `past` rows of [window; their inputs].
     const std::size_t P = m.kda_width, past = m.conv_kernel - 1, n = s.pending;
     const std::size_t kept = past > accepted ? past - accepted : 0, taken = past - kept;

@@ -13,6 +13,7 @@
 
 #include "dist/groups.h"
 #include "model/engine/engine.h"
+#include "model/engine/kda.h"
 #include "model/engine/linear.h"
 #include "model/engine/parallel.h"
 
@@ -67,11 +68,13 @@ struct Slot {
   // per KDA layer: q, k, v [kernel-1][local channels], oldest first
   std::vector<std::vector<float>> conv;
   std::size_t position = 0;
-  // A speculative step's tokens awaiting Engine::commit, and per KDA layer the recurrent state
-  // after each of them [tokens][heads][D][D] and their pre-conv inputs [3][tokens][channels]
-  // (the window after any prefix of them follows from those).
+  // A speculative step's tokens awaiting Engine::commit, and per KDA layer their recurrence
+  // inputs per local head (Engine::commit replays the accepted ones on the state, which the
+  // verify step left alone) and their pre-conv inputs [3][tokens][channels] (the window after
+  // any prefix of them follows from those).
   std::size_t pending = 0;
-  std::vector<std::vector<float>> kda_after, conv_inputs;
+  std::vector<std::vector<KdaHead>> kda_pending;
+  std::vector<std::vector<float>> conv_inputs;
 };
 
 // A matrix the engine (or a drafter) multiplies: dequantized to F32 when `exact`, else

@@ -7,19 +7,17 @@
 
 namespace k3::model::engine {
 
-void kda_recurrent(KdaHead& in, float* S, float* states_after, std::size_t after_stride) {
+void kda_recurrent(KdaHead& in, float* S, float* work) {
   const std::size_t K = in.dim, V = in.dim;
-  if (after_stride == 0) after_stride = K * V;
   const detail::MathKernels& math = detail::math_kernels(quant::active_isa());
   std::vector<float> u(V), alpha(K);
   for (std::size_t t = 0; t < in.tokens; ++t) {
     const float* g = &in.g[t * K];
     for (std::size_t i = 0; i < K; ++i) alpha[i] = std::exp(g[i]);
     // S = diag(exp(g)) S; u = S^T k; S += k (beta (v - u))^T; o = S^T q (after the update).
-    // With snapshots, token t goes from the previous token's snapshot (S for the first) into
-    // its own, and S is only read.
-    const float* from = states_after && t > 0 ? states_after + (t - 1) * after_stride : S;
-    float* to = states_after ? states_after + t * after_stride : S;
+    // With work, the first token goes from S into it and S is only read.
+    const float* from = work && t > 0 ? work : S;
+    float* to = work ? work : S;
     math.kda_token(from, to, V, K, V, alpha.data(), &in.k[t * K], &in.q[t * K], &in.v[t * V],
                    in.beta[t], u.data(), &in.o[t * V]);
   }

@@ -25,11 +25,10 @@ struct KdaHead {
   }
 };
 
-// S is [D key][D value], carried in and out. With `states_after`, S is only read and the state
-// after each token t goes to states_after + t * after_stride (0: D * D, one [tokens][D][D]
-// array): a verify step's per-token snapshots, one of which is committed.
-void kda_recurrent(KdaHead& head, float* S, float* states_after = nullptr,
-                   std::size_t after_stride = 0);
+// S is [D key][D value], carried in and out. With `work` (D * D), S is only read: the first
+// token goes from S into work and the rest run in work (a verify step, whose accepted tokens
+// Engine::commit replays on S itself; the first token's pass doubles as the copy).
+void kda_recurrent(KdaHead& head, float* S, float* work = nullptr);
 // Chunks of `chunk` tokens at most, fewer when the gate's lower bound needs it to keep the
 // factored decays exp(+-cumulative g) inside float's range (see kda.cpp).
 void kda_chunked(KdaHead& head, float* S, std::size_t chunk, float gate_lower_bound);

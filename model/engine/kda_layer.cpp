@@ -80,7 +80,7 @@ void Engine::Impl::kda(const KdaLayer& w, const Rows& x, std::span<const StepSeq
     const std::size_t n = br.count[i], off = br.offset[i];
     if (batch[i].speculative) {
       s.conv_inputs[layer].resize(3 * n * P);
-      s.kda_after[layer].resize(n * kda_heads * D * D);
+      s.kda_pending[layer].resize(kda_heads);
     }
     for (std::size_t which = 0; which < 3; ++which) {
       float* window = s.conv[layer].data() + which * past * P;
@@ -105,7 +105,10 @@ void Engine::Impl::kda(const KdaLayer& w, const Rows& x, std::span<const StepSeq
     const std::size_t i = pair / kda_heads, h = pair % kda_heads;
     Slot& s = slots[static_cast<std::size_t>(batch[i].slot)];
     const std::size_t n = br.count[i], off = br.offset[i];
-    KdaHead head;
+    const auto layer = static_cast<std::size_t>(w.state_index);
+    // A verify step's head inputs stay in the slot for Engine::commit (reusing its buffers).
+    KdaHead local;
+    KdaHead& head = batch[i].speculative ? s.kda_pending[layer][h] : local;
     head.resize(n, D);
     for (std::size_t j = 0; j < n; ++j) {
       const std::size_t t = off + j;
@@ -123,13 +126,12 @@ void Engine::Impl::kda(const KdaLayer& w, const Rows& x, std::span<const StepSeq
       }
       head.beta[j] = b[t * kda_heads + h];
     }
-    const auto layer = static_cast<std::size_t>(w.state_index);
     float* S = &s.kda[layer][h * D * D];
     if (batch[i].speculative) {
-      // The token recurrence from the state, which it leaves alone, into the state after every
-      // token (the decode steps' own arithmetic, so an accepted token's state is the one
-      // decoding it would have left), token j's of head h at (j heads + h) D D.
-      kda_recurrent(head, S, &s.kda_after[layer][h * D * D], kda_heads * D * D);
+      // The token recurrence from the state, which it leaves alone, in a scratch state;
+      // Engine::commit replays the accepted tokens on the state.
+      std::vector<float> work(D * D);
+      kda_recurrent(head, S, work.data());
     } else if (n > 1 && opt.kda_chunk > 0) {
       kda_chunked(head, S, opt.kda_chunk, lower);
     } else {
