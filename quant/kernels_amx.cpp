@@ -30,6 +30,7 @@
 #define K3_TARGET_AMX \
   "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8"
 #define K3_AMX __attribute__((target(K3_TARGET_AMX)))
+#define K3_AMX_LAMBDA __attribute__((target(K3_TARGET_AMX)))
 
 namespace k3::quant::detail {
 namespace {
@@ -104,22 +105,33 @@ K3_AMX void q8_rows(const uint8_t* g0, size_t gstride, size_t groups, const ActV
   for (size_t s = 0; s < groups; ++s)
     for (size_t i = 0; i < m; ++i)
       for (int k = 0; k < 4; ++k) acc[s][i][k] = _mm512_setzero_ps();
-  // The products of block b are stored to prod[b % 2] and read back one block later: a load
-  // right behind a tile store waits for the store to commit (hot 8-row products ~7 % faster).
-  alignas(64) std::int32_t prod[2][kVnniTileGroups][kMaxRows][16];
+  // A pair of groups' products is read back after the next pair's tile work (the next block's
+  // first pair for the last one): a load right behind a tile store waits for the store to
+  // commit (bench_quant Q8_0_V16 batch 8, cold: -3 to -6 %).
+  alignas(64) std::int32_t prod[2][2][kMaxRows][16];
   // The seeds (-isum * 128 of each activation row) and scales are stored a block ahead, for the
-  // same reason; a block's scales are read until the end of the next block, hence three.
+  // same reason; a block's scales can be read in the next block, hence three.
   alignas(64) std::int32_t seed[2][kMaxRows][16];
   alignas(64) float dx[3][kMaxRows][16];
+  struct Pending {
+    const uint8_t* p0 = nullptr;  // the first group's super-block (null: none pending)
+    size_t s = 0, b = 0, slot = 0;
+    bool pair = false;
+  } pending;
+  const auto finish = [&](const Pending& q) K3_AMX_LAMBDA {
+    const float(*d)[16] = dx[q.b % 3];
+    epilogue(prod[q.slot][0], q.p0, d, m, q.b % 4, acc[q.s]);
+    if (q.pair) epilogue(prod[q.slot][1], q.p0 + gstride, d, m, q.b % 4, acc[q.s + 1]);
+  };
   if (nb > 0) store_seeds(a, m0, m, 0, seed[0], dx[0]);
+  size_t slot = 0;
   for (size_t b = 0; b < nb; ++b) {
     const size_t cur = b % 2;
-    const size_t prev = cur ^ 1;
     if (b + 1 < nb) store_seeds(a, m0, m, b + 1, seed[cur ^ 1], dx[(b + 1) % 3]);
     _tile_loadd(0, a.qs + 32 * (m0 * nb + b), static_cast<long>(32 * nb));
     const size_t ahead = b * kSuper + kPrefetch;
     const size_t jump = ahead >= gstride ? (groups - 1) * gstride : 0;
-    for (size_t s = 0; s < groups; s += 2) {
+    for (size_t s = 0; s < groups; s += 2, slot ^= 1) {
       const uint8_t* p0 = g0 + s * gstride + b * kSuper;
       const uint8_t* p1 = p0 + gstride;
       const bool pair = s + 1 < groups;
@@ -137,20 +149,68 @@ K3_AMX void q8_rows(const uint8_t* g0, size_t gstride, size_t groups, const ActV
         _tile_loadd(4, seed[cur], 64);
         _tile_dpbsud(4, 0, 2);
       }
-      _tile_stored(3, prod[cur][s], 64);
-      if (pair) _tile_stored(4, prod[cur][s + 1], 64);
-      if (b > 0) {
-        epilogue(prod[prev][s], p0 - kSuper, dx[(b - 1) % 3], m, (b - 1) % 4, acc[s]);
-        if (pair)
-          epilogue(prod[prev][s + 1], p1 - kSuper, dx[(b - 1) % 3], m, (b - 1) % 4, acc[s + 1]);
-      }
+      _tile_stored(3, prod[slot][0], 64);
+      if (pair) _tile_stored(4, prod[slot][1], 64);
+      if (pending.p0 != nullptr) finish(pending);
+      pending = {p0, s, b, slot, pair};
     }
   }
-  if (nb > 0) {
-    const size_t last = (nb - 1) % 2;
-    for (size_t s = 0; s < groups; ++s)
-      epilogue(prod[last][s], g0 + s * gstride + (nb - 1) * kSuper, dx[(nb - 1) % 3], m,
-               (nb - 1) % 4, acc[s]);
+  if (pending.p0 != nullptr) finish(pending);
+  for (size_t s = 0; s < groups; ++s) {
+    for (size_t i = 0; i < m; ++i) {
+      const __m512 row = _mm512_add_ps(_mm512_add_ps(acc[s][i][0], acc[s][i][1]),
+                                       _mm512_add_ps(acc[s][i][2], acc[s][i][3]));
+      _mm512_storeu_ps(y + (m0 + i) * ldy + 16 * s, row);
+    }
+  }
+}
+
+// q8_rows at more than 8 rows: each pair's products read back right after their tile store
+// (deferring them measured slower there: bench_quant Q8_0_V16 batch 16 +4-6 %, with the
+// accumulators of 16 rows filling L1).
+K3_AMX void q8_rows_direct(const uint8_t* g0, size_t gstride, size_t groups, const ActView& a,
+                           size_t m0, size_t m, bool stream, float* y, size_t ldy) {
+  const size_t nb = a.blocks;
+  __m512 acc[kVnniTileGroups][kMaxRows][4];
+  for (size_t s = 0; s < groups; ++s)
+    for (size_t i = 0; i < m; ++i)
+      for (int k = 0; k < 4; ++k) acc[s][i][k] = _mm512_setzero_ps();
+  alignas(64) std::int32_t prod[2][kMaxRows][16];
+  alignas(64) std::int32_t seed[kMaxRows][16];  // -isum * 128 of each activation row
+  alignas(64) float dx[kMaxRows][16];
+  for (size_t b = 0; b < nb; ++b) {
+    const size_t k = b % 4;
+    for (size_t i = 0; i < m; ++i) {
+      const size_t ab = (m0 + i) * nb + b;
+      _mm512_store_si512(seed[i], _mm512_set1_epi32(a.nisum[ab] * kOffset));
+      _mm512_store_ps(dx[i], _mm512_set1_ps(a.d[ab]));
+    }
+    _tile_loadd(0, a.qs + 32 * (m0 * nb + b), static_cast<long>(32 * nb));
+    const size_t ahead = b * kSuper + kPrefetch;
+    const size_t jump = ahead >= gstride ? (groups - 1) * gstride : 0;
+    for (size_t s = 0; s < groups; s += 2) {
+      const uint8_t* p0 = g0 + s * gstride + b * kSuper;
+      const uint8_t* p1 = p0 + gstride;
+      const bool pair = s + 1 < groups;
+      if (stream) {
+        for (size_t t = 0; t < (pair ? 2u : 1u); ++t) {
+          const char* pf = reinterpret_cast<const char*>(p0 + t * gstride) + kPrefetch + jump;
+          for (size_t o = 0; o < kSuper; o += 64) _mm_prefetch(pf + o, _MM_HINT_T1);
+        }
+      }
+      _tile_loadd(1, p0, 64);
+      _tile_loadd(3, seed, 64);
+      _tile_dpbsud(3, 0, 1);
+      if (pair) {
+        _tile_loadd(2, p1, 64);
+        _tile_loadd(4, seed, 64);
+        _tile_dpbsud(4, 0, 2);
+      }
+      _tile_stored(3, prod[0], 64);
+      if (pair) _tile_stored(4, prod[1], 64);
+      epilogue(prod[0], p0, dx, m, k, acc[s]);
+      if (pair) epilogue(prod[1], p1, dx, m, k, acc[s + 1]);
+    }
   }
   for (size_t s = 0; s < groups; ++s) {
     for (size_t i = 0; i < m; ++i) {
@@ -175,7 +235,11 @@ K3_AMX void q8_vnni_tile(const MatrixView& w, size_t r0, size_t nr, const ActVie
     const size_t m = std::min(kMaxRows, a.rows - m0);
     const TileConfig config = tile_config(m);
     _tile_loadconfig(&config);
-    q8_rows(g0, gstride, nr / 16, a, m0, m, m0 == 0, y + r0, ldy);
+    if (m <= 8) {
+      q8_rows(g0, gstride, nr / 16, a, m0, m, m0 == 0, y + r0, ldy);
+    } else {
+      q8_rows_direct(g0, gstride, nr / 16, a, m0, m, m0 == 0, y + r0, ldy);
+    }
   }
   _tile_release();
 }
