@@ -126,15 +126,15 @@ Serving make_engine(dist::Runtime& runtime, const dist::Groups& groups, const Lo
         draft ? model::engine::drafter_options(*draft->dspark, options, o.speculative_block_size)
               : model::engine::DrafterOptions{};
     if (draft) {
-      // The drafter's weights and every slot's draft context; a verify round's KDA snapshots
-      // (block + 1 states per running sequence).
+      // The drafter's weights and every slot's draft context; what a verify round keeps of its
+      // block + 1 tokens per running sequence for the KDA layers' commit.
       const auto block = static_cast<std::uint64_t>(d.block_size);
       budget.weight_bytes += model.draft.result->weights.bytes();
       budget.state_bytes +=
           static_cast<std::uint64_t>(options.slots) * options.context_length *
               model::engine::Drafter::context_bytes_per_token(*draft, groups.layout()) +
           static_cast<std::uint64_t>(std::min(o.max_running_requests, o.parallel)) * (block + 1) *
-              budget.kda_state_bytes_per_slot;
+              budget.kda_verify_bytes_per_token;
     }
     const std::uint64_t available = available_per_rank(groups);
     if (budget.total() > available) {

@@ -212,6 +212,7 @@ MemoryBudget Engine::budget(const ModelConfig& c, const dist::Layout& layout,
   b.kda_state_bytes_per_slot =
       kda * (heads * D * D + 3 * heads * D * static_cast<std::uint64_t>(c.kda_conv_kernel - 1)) *
       sizeof(float);
+  b.kda_verify_bytes_per_token = kda * (heads * (5 * D + 1) + 3 * heads * D) * sizeof(float);
   b.mla_cache_bytes_per_token =
       mla * static_cast<std::uint64_t>(c.kv_lora_rank + c.qk_rope_head_dim) * sizeof(float);
   b.state_bytes = static_cast<std::uint64_t>(o.slots) *

@@ -59,6 +59,9 @@ struct EngineOptions {
 // Per-slot and per-rank memory, computed before anything is allocated.
 struct MemoryBudget {
   std::uint64_t kda_state_bytes_per_slot = 0;   // recurrent + conv state, this rank's heads
+  // What a verify step keeps per fed token until Engine::commit: every KDA head's recurrence
+  // inputs (q, k, v, gates, output, beta) and the token's pre-conv inputs.
+  std::uint64_t kda_verify_bytes_per_token = 0;
   std::uint64_t mla_cache_bytes_per_token = 0;  // latent + k_rot of every MLA layer
   std::uint64_t state_bytes = 0;                // all slots at full context
   std::uint64_t weight_bytes = 0;
@@ -78,8 +81,9 @@ struct StepSequence {
   Output output = Output::kNone;
   Sampling sampling;
   // A verify step of speculative decoding: the slot's persistent KDA state is left untouched
-  // and the state after each token is kept; Engine::commit then keeps how many of the tokens
-  // were accepted (MLA cache rows past them are dropped by position).
+  // and each token's recurrence inputs are kept; Engine::commit then keeps how many of the
+  // tokens were accepted (replaying them on the KDA state; MLA cache rows past them are dropped
+  // by position).
   bool speculative = false;
 };
 
