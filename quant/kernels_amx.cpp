@@ -166,7 +166,7 @@ K3_AMX void q8_rows(const uint8_t* g0, size_t gstride, size_t groups, const ActV
 }
 
 // q8_rows at more than 8 rows: each pair's products read back right after their tile store
-// (deferring them measured slower there: bench_quant Q8_0_V16 batch 16 +4-6 %, with the
+// (deferring them measured slower there: bench_quant Q8_0_V16 batch 16 +2-16 %, with the
 // accumulators of 16 rows filling L1; one template for both orders measured slower at 16 rows
 // too, hence two functions).
 K3_AMX void q8_rows_direct(const uint8_t* g0, size_t gstride, size_t groups, const ActView& a,
