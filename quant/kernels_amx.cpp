@@ -30,7 +30,6 @@
 #define K3_TARGET_AMX \
   "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8"
 #define K3_AMX __attribute__((target(K3_TARGET_AMX)))
-#define K3_AMX_LAMBDA __attribute__((target(K3_TARGET_AMX)))
 
 namespace k3::quant::detail {
 namespace {
@@ -118,7 +117,7 @@ K3_AMX void q8_rows(const uint8_t* g0, size_t gstride, size_t groups, const ActV
     size_t s = 0, b = 0, slot = 0;
     bool pair = false;
   } pending;
-  const auto finish = [&](const Pending& q) K3_AMX_LAMBDA {
+  const auto finish = [&](const Pending& q) K3_AMX {
     const float(*d)[16] = dx[q.b % 3];
     epilogue(prod[q.slot][0], q.p0, d, m, q.b % 4, acc[q.s]);
     if (q.pair) epilogue(prod[q.slot][1], q.p0 + gstride, d, m, q.b % 4, acc[q.s + 1]);
