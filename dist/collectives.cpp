@@ -50,7 +50,7 @@ void bcast(const Comm& comm, std::string& text, int root) {
 }
 
 std::string scatter_parts(const Comm& comm, std::span<const std::string> parts, int root) {
-  const WaitScope wait("scatter_parts");
+  const WaitScope wait("scatter_parts", comm);
   std::vector<int> counts;
   if (comm.rank() == root) {
     if (static_cast<int>(parts.size()) != comm.size()) {
@@ -85,7 +85,7 @@ std::string scatter_parts(const Comm& comm, std::span<const std::string> parts, 
 }
 
 void barrier(const Comm& comm) {
-  const WaitScope wait("barrier");
+  const WaitScope wait("barrier", comm);
   check_mpi(MPI_Barrier(comm.handle()), "MPI_Barrier");
 }
 
@@ -96,7 +96,7 @@ namespace k3::dist {
 void allreduce_sum_ordered(const Comm& comm, std::span<float> data) {
   const int members = comm.size();
   if (members == 1) return;
-  const WaitScope wait("allreduce_sum_ordered");
+  const WaitScope wait("allreduce_sum_ordered", comm);
   checked_count(data.size(), "allreduce_sum_ordered");
   const auto p = static_cast<std::size_t>(members);
   // Segment s = [n s / P, n (s + 1) / P): member s adds it up, then every member gets them all.
@@ -119,7 +119,7 @@ std::vector<float> reduce_scatter_sum_ordered(const Comm& comm, std::span<const 
   const auto me = static_cast<std::size_t>(comm.rank());
   const int mine = counts[me];
   if (comm.size() == 1) return std::vector<float>(data.begin(), data.end());
-  const WaitScope wait("reduce_scatter_sum_ordered");
+  const WaitScope wait("reduce_scatter_sum_ordered", comm);
   const auto p = static_cast<std::size_t>(comm.size());
   std::vector<int> recv_counts(p, mine), recv_displs(p);
   for (std::size_t r = 0; r < p; ++r) recv_displs[r] = static_cast<int>(r) * mine;
@@ -136,7 +136,7 @@ std::vector<float> reduce_scatter_sum_ordered(const Comm& comm, std::span<const 
 }
 
 void allreduce_maxloc(const Comm& comm, std::span<float> values, std::span<std::int32_t> ids) {
-  const WaitScope wait("allreduce_maxloc");
+  const WaitScope wait("allreduce_maxloc", comm);
   if (values.size() != ids.size()) {
     throw InternalError("allreduce_maxloc: " + std::to_string(values.size()) + " values and " +
                         std::to_string(ids.size()) + " ids");

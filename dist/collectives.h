@@ -12,9 +12,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/error.h"
 #include "dist/comm.h"
 #include "dist/watchdog.h"
-#include "common/error.h"
 
 namespace k3::dist {
 
@@ -56,7 +56,7 @@ std::vector<int> displacements(std::span<const int> counts, const char* what);
 // In place over `data` on every member.
 template <class T>
 void allreduce(const Comm& comm, std::span<T> data, ReduceOp op) {
-  const WaitScope wait("allreduce");
+  const WaitScope wait("allreduce", comm);
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, data.data(), checked_count(data.size(), "allreduce"),
                           mpi_type<T>(), mpi_op(op), comm.handle()),
             "MPI_Allreduce");
@@ -91,7 +91,7 @@ void allreduce_maxloc(const Comm& comm, std::span<float> values, std::span<std::
 // One value from every member, in rank order.
 template <class T>
 std::vector<T> allgather(const Comm& comm, const T& value) {
-  const WaitScope wait("allgather");
+  const WaitScope wait("allgather", comm);
   std::vector<T> out(comm.size());
   check_mpi(MPI_Allgather(&value, 1, mpi_type<T>(), out.data(), 1, mpi_type<T>(), comm.handle()),
             "MPI_Allgather");
@@ -117,6 +117,7 @@ Gathered<T> allgatherv(const Comm& comm, std::span<const T> mine) {
 // member, the same on all of them): no count exchange, one collective instead of two.
 template <class T>
 Gathered<T> allgatherv(const Comm& comm, std::span<const T> mine, std::vector<int> counts) {
+  const WaitScope wait("allgatherv", comm);
   if (static_cast<int>(counts.size()) != comm.size() ||
       counts[static_cast<std::size_t>(comm.rank())] != checked_count(mine.size(), "allgatherv")) {
     throw InternalError("allgatherv: known counts do not match this member's " +
@@ -137,7 +138,7 @@ Gathered<T> allgatherv(const Comm& comm, std::span<const T> mine, std::vector<in
 // Variable-length contributions to `root`; other members get an empty result.
 template <class T>
 Gathered<T> gatherv(const Comm& comm, std::span<const T> mine, int root) {
-  const WaitScope wait("gatherv");
+  const WaitScope wait("gatherv", comm);
   const int count = checked_count(mine.size(), "gatherv");
   Gathered<T> out;
   if (comm.rank() == root) out.counts.resize(comm.size());
@@ -182,7 +183,7 @@ Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const
                       std::vector<int> recv_counts);
 template <class T>
 Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const int> send_counts) {
-  const WaitScope wait("alltoallv");
+  const WaitScope wait("alltoallv", comm);
   alltoallv_send_displs(comm, send.size(), send_counts);  // argument errors before any call
   std::vector<int> recv_counts(comm.size());
   check_mpi(
@@ -196,7 +197,7 @@ Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const
 template <class T>
 Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const int> send_counts,
                       std::vector<int> recv_counts) {
-  const WaitScope wait("alltoallv");
+  const WaitScope wait("alltoallv", comm);
   const std::vector<int> send_displs = alltoallv_send_displs(comm, send.size(), send_counts);
   if (static_cast<int>(recv_counts.size()) != comm.size()) {
     throw InternalError("alltoallv: " + std::to_string(recv_counts.size()) +
@@ -215,7 +216,7 @@ Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const
 
 template <class T>
 void bcast(const Comm& comm, std::span<T> data, int root) {
-  const WaitScope wait("bcast");
+  const WaitScope wait("bcast", comm);
   check_mpi(MPI_Bcast(data.data(), checked_count(data.size(), "bcast"), mpi_type<T>(), root,
                       comm.handle()),
             "MPI_Bcast");

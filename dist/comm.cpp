@@ -3,8 +3,8 @@
 #include <string>
 #include <thread>
 
-#include "dist/runtime.h"
 #include "common/error.h"
+#include "dist/runtime.h"
 
 namespace k3::dist {
 
@@ -32,7 +32,8 @@ Comm::Comm(MPI_Comm comm) : comm_(comm) {
 
 Comm::~Comm() { release(); }
 
-Comm::Comm(Comm&& other) noexcept : comm_(other.comm_), rank_(other.rank_), size_(other.size_) {
+Comm::Comm(Comm&& other) noexcept
+    : comm_(other.comm_), rank_(other.rank_), size_(other.size_), name_(other.name_) {
   other.comm_ = MPI_COMM_NULL;
 }
 
@@ -42,12 +43,17 @@ Comm& Comm::operator=(Comm&& other) noexcept {
     comm_ = other.comm_;
     rank_ = other.rank_;
     size_ = other.size_;
+    name_ = other.name_;
     other.comm_ = MPI_COMM_NULL;
   }
   return *this;
 }
 
-Comm Comm::world() { return Comm(MPI_COMM_WORLD); }
+Comm Comm::world() {
+  Comm world(MPI_COMM_WORLD);
+  world.set_name("world");
+  return world;
+}
 
 Comm Comm::split(int color, int key) const {
   require_main_thread("MPI_Comm_split");

@@ -28,6 +28,10 @@ class Comm {
   int rank() const { return rank_; }
   int size() const { return size_; }
   bool valid() const { return comm_ != MPI_COMM_NULL; }
+  // What the communicator is for ("world", a GroupKind's name such as "attn-tp"): named in the
+  // watchdog's messages about a collective over it. A string literal, never freed.
+  const char* name() const { return name_; }
+  void set_name(const char* name) { name_ = name; }
 
   // MPI_Comm_split: ranks with the same colour form one new communicator, ordered by `key`.
   Comm split(int color, int key) const;
@@ -37,6 +41,7 @@ class Comm {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 0;
+  const char* name_ = "a communicator";
 };
 
 // Throws InternalError naming `what` when an MPI call does not return MPI_SUCCESS.

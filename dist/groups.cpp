@@ -19,6 +19,7 @@ Groups::Groups(const Layout& layout, const Comm& world) : layout_(layout) {
     // The world group too is split from `world` (one colour: a duplicate), so Groups over a
     // sub-communicator (e.g. MPI_COMM_SELF for a one-rank engine beside a job) stays inside it.
     Comm comm = world.split(layout.group_index(kind, me), /*key=*/me);
+    comm.set_name(group_kind_name(kind).data());
     const std::vector<int> actual = allgather(comm, me);
     const std::vector<int> expected = layout.members(kind, me);
     if (actual != expected) {

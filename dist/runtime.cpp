@@ -119,7 +119,7 @@ void Runtime::collectively(const std::function<void()>& fn) {
     message = std::string("unexpected error: ") + e.what();
     code = static_cast<int>(ExitCode::kInternal);
   }
-  const WaitScope wait("the end of a stage (Runtime::collectively)");
+  const WaitScope wait("the end of a stage (Runtime::collectively)", world_);
   int mine = code != 0 ? rank() : world_size();
   int first = world_size();
   // The ranks that finish early sleep rather than spin while the others work: a stage such as
@@ -144,9 +144,9 @@ void Runtime::collectively(const std::function<void()>& fn) {
   constexpr std::size_t kMessageBytes = 4096;
   std::array<char, kMessageBytes> text{};
   if (rank() == first) message.copy(text.data(), kMessageBytes - 1);
-  check_mpi(MPI_Bcast(text.data(), static_cast<int>(kMessageBytes), MPI_CHAR, first,
-                      world_.handle()),
-            "MPI_Bcast");
+  check_mpi(
+      MPI_Bcast(text.data(), static_cast<int>(kMessageBytes), MPI_CHAR, first, world_.handle()),
+      "MPI_Bcast");
   text.back() = '\0';
   if (rank() == first && !logged && !message.empty()) spdlog::error("{}", message);
   flush_logs();

@@ -1,14 +1,22 @@
 #include "dist/watchdog.h"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <csignal>
 #include <cstring>
-#include <vector>
+#include <optional>
+#include <span>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "common/error.h"
+#include "dist/layout.h"
 #include "dist/logging.h"
 
 namespace k3::dist {
@@ -18,11 +26,21 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // What the main thread is doing, read by the watchdog thread.
-std::atomic<const char*> g_waiting_in{nullptr};  // the collective, null when not waiting
-std::atomic<std::int64_t> g_waiting_since{0};    // Clock ticks
+std::atomic<const char*> g_waiting_in{nullptr};    // the collective, null when not waiting
+std::atomic<const char*> g_waiting_over{nullptr};  // the communicator's name
+std::atomic<std::int64_t> g_waiting_since{0};      // Clock ticks
 std::mutex g_stage_mutex;
 std::string g_stage = "start";
 std::atomic<std::uint64_t> g_stage_step{0};  // 0: no step count in this stage
+// The write end of the running watchdog's wake-up pipe, for the SIGTERM handler.
+std::atomic<int> g_wake_fd{-1};
+
+extern "C" void wake_on_sigterm(int) {
+  const int fd = g_wake_fd.load();
+  if (fd < 0) return;
+  const char signal_byte = 'T';
+  [[maybe_unused]] const ssize_t n = ::write(fd, &signal_byte, 1);  // async-signal-safe
+}
 
 std::string current_step() {
   const std::uint64_t step = g_stage_step.load(std::memory_order_relaxed);
@@ -30,58 +48,208 @@ std::string current_step() {
   return step ? fmt::format("{}, step {}", g_stage, step) : g_stage;
 }
 
-double seconds_since(std::int64_t ticks) {
-  return std::chrono::duration<double>(Clock::now().time_since_epoch() - Clock::duration(ticks))
-      .count();
+double seconds_since(Clock::time_point then) {
+  return std::chrono::duration<double>(Clock::now() - then).count();
 }
 
-constexpr int kTag = 4242;
+constexpr int kBeatTag = 4242;     // every rank -> rank 0, every second: a Beat
+constexpr int kAliveTag = 4243;    // rank 0 -> every rank, every second: one int
+constexpr int kVerdictTag = 4244;  // rank 0 -> every rank: the message that ends the job
 constexpr auto kInterval = std::chrono::seconds(1);
-constexpr double kSilentAfter = 5.0;  // s without a heartbeat: stopped or dead
-constexpr std::size_t kTextBytes = 96;
+constexpr double kSilentAfter = 5.0;  // s without a heartbeat: stopped, dead or cut off
+// A rank terminated by the launcher names the ranks it has not heard from for this long.
+constexpr double kSilentAtSignal = 2.5;
+constexpr double kVerdictExitDelay = 3.0;  // s a told rank leaves to the launcher's kill
+constexpr std::size_t kTextBytes = 128;
+constexpr int kAlive = 1;
 
 // One rank's heartbeat, sent every second to rank 0.
 struct Beat {
   std::int32_t waiting = 0;  // 1: the main thread waits in a collective
   double waited_s = 0;
-  std::array<char, kTextBytes> what{};
-  std::array<char, kTextBytes> step{};
+  std::array<char, kTextBytes> what{};  // "allreduce over attn-tp"
+  std::array<char, kTextBytes> step{};  // "generation, step 12"
 };
+
+template <std::size_t N>
+void copy_text(std::array<char, N>& to, const std::string& from) {
+  from.copy(to.data(), N - 1);
+}
 
 Beat my_beat() {
   Beat b;
   const char* what = g_waiting_in.load();
   if (what) {
     b.waiting = 1;
-    b.waited_s = seconds_since(g_waiting_since.load());
-    std::strncpy(b.what.data(), what, kTextBytes - 1);
+    b.waited_s = seconds_since(Clock::time_point(Clock::duration(g_waiting_since.load())));
+    const char* over = g_waiting_over.load();
+    copy_text(b.what, fmt::format("{} over {}", what, over ? over : "?"));
   }
-  const std::string step = current_step();
-  std::strncpy(b.step.data(), step.c_str(), kTextBytes - 1);
+  copy_text(b.step, current_step());
   return b;
 }
 
-// Receives every heartbeat waiting at rank 0, calling on_beat(source, beat) for each.
-template <class OnBeat>
-void drain_beats(const Comm& comm, OnBeat&& on_beat) {
+// Receives every message with `tag` waiting on `comm`, calling on_message(source, bytes).
+template <class OnMessage>
+void drain(const Comm& comm, int tag, OnMessage&& on_message) {
   for (;;) {
     int pending = 0;
     MPI_Status status;
-    MPI_Iprobe(MPI_ANY_SOURCE, kTag, comm.handle(), &pending, &status);
+    MPI_Iprobe(MPI_ANY_SOURCE, tag, comm.handle(), &pending, &status);
     if (!pending) return;
-    Beat b;
-    MPI_Recv(&b, sizeof b, MPI_BYTE, status.MPI_SOURCE, kTag, comm.handle(), MPI_STATUS_IGNORE);
-    on_beat(status.MPI_SOURCE, b);
+    int bytes = 0;
+    MPI_Get_count(&status, MPI_BYTE, &bytes);
+    std::vector<char> buffer(static_cast<std::size_t>(std::max(bytes, 0)));
+    MPI_Recv(buffer.data(), bytes, MPI_BYTE, status.MPI_SOURCE, tag, comm.handle(),
+             MPI_STATUS_IGNORE);
+    on_message(status.MPI_SOURCE, std::span<const char>(buffer));
   }
 }
 
+// What rank 0 last heard from one rank.
+struct Peer {
+  Beat beat;
+  Clock::time_point heard = Clock::now();
+};
+
+std::string host_of(const std::vector<std::string>& hosts, int rank) {
+  return rank < static_cast<int>(hosts.size()) ? hosts[static_cast<std::size_t>(rank)] : "";
+}
+
+// The ranks silent for more than `silent_after` seconds, a whole host at a time where every rank
+// of a host is silent ("host h2 (ranks {4..7}, every rank of the host) silent for 21 s: ...").
+std::vector<std::string> describe_silent(const std::vector<Peer>& peers,
+                                         const std::vector<std::string>& hosts,
+                                         double silent_after) {
+  const int world = static_cast<int>(peers.size());
+  std::vector<std::string> out;
+  for (int r = 0; r < world;) {
+    const std::string host = host_of(hosts, r);
+    int end = r + 1;  // the ranks of a host are one contiguous block (discover_nodes checks it)
+    while (!host.empty() && end < world && host_of(hosts, end) == host) ++end;
+    std::vector<int> silent;
+    double least = 1e300;
+    for (int q = r; q < end; ++q) {
+      const double s = seconds_since(peers[static_cast<std::size_t>(q)].heard);
+      if (s > silent_after) {
+        silent.push_back(q);
+        least = std::min(least, s);
+      }
+    }
+    const Beat& first = peers[static_cast<std::size_t>(r)].beat;
+    if (!host.empty() && end - r > 0 && static_cast<int>(silent.size()) == end - r &&
+        hosts.size() > 1) {
+      out.push_back(fmt::format(
+          "host {} (ranks {}, every rank of the host) silent for {:.0f} s: stopped, dead or cut "
+          "off; last seen {} during {}",
+          host, format_members(silent), least,
+          first.waiting ? "in " + std::string(first.what.data()) : "outside collectives",
+          first.step.data()));
+    } else {
+      for (int q : silent) {
+        const Peer& p = peers[static_cast<std::size_t>(q)];
+        out.push_back(fmt::format(
+            "rank {} (silent for {:.0f} s: stopped or dead; last seen {} during {}{})", q,
+            seconds_since(p.heard),
+            p.beat.waiting ? "in " + std::string(p.beat.what.data()) : "outside collectives",
+            p.beat.step.data(), host.empty() ? "" : "; on host " + host));
+      }
+    }
+    r = end;
+  }
+  return out;
+}
+
+// Rank 0's judgement: the message that ends the job once some rank has waited past the timeout.
+std::optional<std::string> judge(const std::vector<Peer>& peers,
+                                 const std::vector<std::string>& hosts, double timeout_s) {
+  const int world = static_cast<int>(peers.size());
+  int longest = -1;
+  for (int r = 0; r < world; ++r) {
+    const Beat& b = peers[static_cast<std::size_t>(r)].beat;
+    if (b.waiting && b.waited_s > timeout_s &&
+        (longest < 0 || b.waited_s > peers[static_cast<std::size_t>(longest)].beat.waited_s)) {
+      longest = r;
+    }
+  }
+  if (longest < 0) return std::nullopt;
+  std::vector<std::string> absent = describe_silent(peers, hosts, kSilentAfter);
+  int waiting = 0;
+  for (int r = 0; r < world; ++r) {
+    const Peer& p = peers[static_cast<std::size_t>(r)];
+    if (seconds_since(p.heard) > kSilentAfter) continue;
+    if (p.beat.waiting) {
+      ++waiting;
+    } else {
+      absent.push_back(
+          fmt::format("rank {} (busy outside collectives during {})", r, p.beat.step.data()));
+    }
+  }
+  std::string names;
+  for (std::size_t i = 0; i < absent.size() && i < 16; ++i) names += (i ? ", " : "") + absent[i];
+  if (absent.size() > 16) names += fmt::format(", and {} more", absent.size() - 16);
+  const Beat& w = peers[static_cast<std::size_t>(longest)].beat;
+  const std::string host = host_of(hosts, longest);
+  return fmt::format(
+      "collective timeout: rank {}{} has waited {:.0f} s in {} during {} (--collective-timeout "
+      "{:g}); {} of {} ranks are waiting; did not arrive: {}",
+      longest, host.empty() ? "" : " on host " + host, w.waited_s, w.what.data(), w.step.data(),
+      timeout_s, waiting, world,
+      absent.empty() ? "none (every rank waits: a deadlock between collectives)" : names);
+}
+
+// What a rank terminated by the launcher says: what it was waiting in, and on rank 0 the ranks
+// it had not heard from (the launcher ends a job when it loses a rank or a host).
+std::string signal_message(int me, const std::vector<Peer>& peers,
+                           const std::vector<std::string>& hosts) {
+  const Beat mine = my_beat();
+  std::string message = fmt::format(
+      "terminated by the launcher (SIGTERM): rank {}{} {} during {}", me,
+      host_of(hosts, me).empty() ? "" : " on host " + host_of(hosts, me),
+      mine.waiting ? fmt::format("had waited {:.0f} s in {}", mine.waited_s, mine.what.data())
+                   : std::string("was outside collectives"),
+      mine.step.data());
+  if (me == 0) {
+    const std::vector<std::string> silent = describe_silent(peers, hosts, kSilentAtSignal);
+    std::string names;
+    for (std::size_t i = 0; i < silent.size() && i < 16; ++i) names += (i ? ", " : "") + silent[i];
+    message += silent.empty() ? "; every rank's watchdog had been heard from in the last "
+                                "seconds"
+                              : "; not heard from: " + names;
+  }
+  return message;
+}
+
+// A non-blocking send per slot: a slot is reused once its previous send has completed, so a
+// destination that stopped receiving holds one buffer, not one per second.
+struct Sender {
+  std::vector<MPI_Request> requests;
+  std::vector<Beat> beats;  // the buffers of Beat sends
+
+  explicit Sender(std::size_t slots) : requests(slots, MPI_REQUEST_NULL), beats(slots) {}
+  bool free(std::size_t slot) {
+    int done = 0;
+    MPI_Test(&requests[slot], &done, MPI_STATUS_IGNORE);  // a null request tests done
+    return done != 0;
+  }
+  void finish() {
+    for (MPI_Request& r : requests) {
+      if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
+    }
+    MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+  }
+};
+
 }  // namespace
 
-WaitScope::WaitScope(const char* what) {
+WaitScope::WaitScope(const char* what, const Comm& over) {
   require_main_thread(what);
   const char* none = nullptr;
   outer_ = g_waiting_in.compare_exchange_strong(none, what);
-  if (outer_) g_waiting_since.store(Clock::now().time_since_epoch().count());
+  if (outer_) {
+    g_waiting_over.store(over.name());
+    g_waiting_since.store(Clock::now().time_since_epoch().count());
+  }
 }
 
 WaitScope::~WaitScope() {
@@ -96,120 +264,159 @@ void set_stage(std::string stage) {
 
 void set_stage_step(std::uint64_t step) { g_stage_step.store(step, std::memory_order_relaxed); }
 
-Watchdog::Watchdog(const Comm& world, double timeout_s) : timeout_s_(timeout_s) {
+Watchdog::Watchdog(const Comm& world, double timeout_s, RecordFailure record_failure)
+    : timeout_s_(timeout_s), record_failure_(std::move(record_failure)) {
   if (timeout_s <= 0) return;
   MPI_Comm dup = MPI_COMM_NULL;
   if (MPI_Comm_dup(world.handle(), &dup) != MPI_SUCCESS) {
     throw InternalError("MPI_Comm_dup for the watchdog failed");
   }
   comm_ = Comm(dup);
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+    throw InternalError(std::string("pipe2 for the watchdog failed: ") + std::strerror(errno));
+  }
+  wake_read_ = fds[0];
+  wake_write_ = fds[1];
+  g_wake_fd.store(wake_write_);
+  struct sigaction action {};
+  action.sa_handler = wake_on_sigterm;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &action, nullptr);
   thread_ = std::thread([this] { run(); });
 }
 
 Watchdog::~Watchdog() {
   if (!thread_.joinable()) return;
-  {
-    const std::lock_guard lock(mutex_);
-    stop_ = true;
-  }
-  wake_.notify_all();
+  const char stop_byte = 'S';
+  [[maybe_unused]] const ssize_t n = ::write(wake_write_, &stop_byte, 1);
   thread_.join();
-  // Heartbeats that reached rank 0 after its last drain are received, so that the communicator
+  signal(SIGTERM, SIG_DFL);
+  g_wake_fd.store(-1);
+  ::close(wake_read_);
+  ::close(wake_write_);
+  // Messages that arrived after the thread's last drain are received, so that the communicator
   // is freed (collectively, by the Comm) with nothing waiting in it.
-  if (comm_.rank() == 0) drain_beats(comm_, [](int, const Beat&) {});
+  drain(comm_, comm_.rank() == 0 ? kBeatTag : kAliveTag, [](int, std::span<const char>) {});
+}
+
+void Watchdog::set_hosts(std::vector<std::string> host_of_rank) {
+  const std::lock_guard lock(hosts_mutex_);
+  hosts_ = std::move(host_of_rank);
+}
+
+std::vector<std::string> Watchdog::hosts() const {
+  const std::lock_guard lock(hosts_mutex_);
+  return hosts_;
+}
+
+void Watchdog::end_on_signal(int me, const std::string& message) {
+  // Once every other rank fails at once, the console would repeat this; the launcher's own
+  // message is the one the user sees there, and the rank logs keep each rank's line.
+  silence_console();
+  spdlog::critical("{}", message);
+  flush_logs();
+  if (me == 0 && record_failure_) record_failure_(message);
+  signal(SIGTERM, SIG_DFL);
+  raise(SIGTERM);
+  std::_Exit(128 + SIGTERM);
 }
 
 void Watchdog::run() {
   const int me = comm_.rank();
   const int world = comm_.size();
-  std::vector<Beat> beats(static_cast<std::size_t>(world));
-  std::vector<Clock::time_point> heard(static_cast<std::size_t>(world), Clock::now());
-  // Heartbeats in flight to rank 0, each buffer untouched until its send completes; a rank 0
-  // that stopped leaves them pending (small, eager), and no more are sent once all are in use.
-  std::array<Beat, 8> in_flight{};
-  std::array<MPI_Request, 8> sends;
-  sends.fill(MPI_REQUEST_NULL);
-  // A rank that outwaits the timeout by this much assumes rank 0's watchdog cannot act.
+  std::vector<Peer> peers(static_cast<std::size_t>(world));
+  Clock::time_point root_heard = Clock::now();  // on other ranks: rank 0's last word
+  // Rank 0 keeps one send in flight per rank; the others up to 8 heartbeats to rank 0 (a rank 0
+  // that stopped leaves them pending: small, eager), and no more once all are in use.
+  Sender sender(me == 0 ? static_cast<std::size_t>(world) : 8);
+  // A rank that outwaits the timeout by this much while rank 0 still answers gives up on it.
   const double grace = std::max(15.0, timeout_s_ * 0.5);
-  auto abort_job = [&](const std::string& message) {
-    spdlog::critical("{}", message);
-    flush_logs();
-    MPI_Abort(comm_.handle(), static_cast<int>(ExitCode::kInternal));
-  };
+  auto next_tick = Clock::now() + kInterval;
   for (;;) {
-    {
-      std::unique_lock lock(mutex_);
-      if (wake_.wait_for(lock, kInterval, [this] { return stop_; })) break;
+    const auto wait_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(next_tick - Clock::now());
+    pollfd wake{wake_read_, POLLIN, 0};
+    if (::poll(&wake, 1, static_cast<int>(std::max<std::int64_t>(wait_ms.count(), 0))) > 0) {
+      char bytes[16];
+      const ssize_t n = ::read(wake_read_, bytes, sizeof bytes);
+      if (n > 0 && std::memchr(bytes, 'S', static_cast<std::size_t>(n))) break;
+      if (n > 0 && std::memchr(bytes, 'T', static_cast<std::size_t>(n)))
+        end_on_signal(me, signal_message(me, peers, hosts()));
+      continue;
     }
+    next_tick = Clock::now() + kInterval;
     const Beat mine = my_beat();
     if (me != 0) {
-      for (std::size_t i = 0; i < sends.size(); ++i) {
-        int done = 0;
-        MPI_Test(&sends[i], &done, MPI_STATUS_IGNORE);  // a null request tests done
-        if (!done) continue;
-        in_flight[i] = mine;
-        MPI_Isend(&in_flight[i], sizeof(Beat), MPI_BYTE, 0, kTag, comm_.handle(), &sends[i]);
+      for (std::size_t i = 0; i < sender.requests.size(); ++i) {
+        if (!sender.free(i)) continue;
+        sender.beats[i] = mine;
+        MPI_Isend(&sender.beats[i], sizeof(Beat), MPI_BYTE, 0, kBeatTag, comm_.handle(),
+                  &sender.requests[i]);
         break;
       }
-      if (mine.waiting && mine.waited_s > timeout_s_ + grace) {
-        abort_job(fmt::format(
-            "collective timeout: rank {} has waited {:.0f} s in {} during {} (--collective-timeout "
-            "{:g}), and rank 0, which names the ranks that did not arrive, does not answer: rank 0 "
-            "is stopped or dead",
-            me, mine.waited_s, mine.what.data(), mine.step.data(), timeout_s_));
+      drain(comm_, kAliveTag, [&](int, std::span<const char>) { root_heard = Clock::now(); });
+      std::optional<std::string> verdict;
+      drain(comm_, kVerdictTag,
+            [&](int, std::span<const char> text) { verdict.emplace(text.data(), text.size()); });
+      if (verdict) {
+        // Rank 0 printed it and ends the job; this rank ends on its own should that not reach it.
+        silence_console();
+        spdlog::error("rank 0 ends the job: {}", *verdict);
+        flush_logs();
+        std::this_thread::sleep_for(std::chrono::duration<double>(kVerdictExitDelay));
+        std::_Exit(static_cast<int>(ExitCode::kInternal));
+      }
+      const double root_silent = seconds_since(root_heard);
+      if (mine.waiting && mine.waited_s > timeout_s_ &&
+          (root_silent > kSilentAfter || mine.waited_s > timeout_s_ + grace)) {
+        const std::vector<std::string> hosts = this->hosts();
+        const std::string host = host_of(hosts, me);
+        const std::string root_host = host_of(hosts, 0);
+        spdlog::critical(
+            "collective timeout: rank {}{} has waited {:.0f} s in {} during {} "
+            "(--collective-timeout {:g}), and rank 0{}, which names the ranks that did not "
+            "arrive, has not answered for {:.0f} s: {}; rank {} ends on its own",
+            me, host.empty() ? "" : " on host " + host, mine.waited_s, mine.what.data(),
+            mine.step.data(), timeout_s_, root_host.empty() ? "" : " on host " + root_host,
+            root_silent,
+            host != root_host ? "this host is cut off from rank 0's, or rank 0 is stopped or dead"
+                              : "rank 0 is stopped or dead",
+            me);
+        flush_logs();
+        std::_Exit(static_cast<int>(ExitCode::kInternal));
       }
       continue;
     }
-    // Rank 0: drain every heartbeat, then judge.
-    drain_beats(comm_, [&](int source, const Beat& b) {
-      beats[static_cast<std::size_t>(source)] = b;
-      heard[static_cast<std::size_t>(source)] = Clock::now();
+    // Rank 0: drain every heartbeat, answer every rank, then judge.
+    drain(comm_, kBeatTag, [&](int source, std::span<const char> bytes) {
+      Peer& p = peers[static_cast<std::size_t>(source)];
+      if (bytes.size() == sizeof(Beat)) std::memcpy(&p.beat, bytes.data(), sizeof(Beat));
+      p.heard = Clock::now();
     });
-    beats[0] = mine;
-    heard[0] = Clock::now();
-    int longest = -1;
-    for (int r = 0; r < world; ++r) {
-      const Beat& b = beats[static_cast<std::size_t>(r)];
-      if (b.waiting && b.waited_s > timeout_s_ &&
-          (longest < 0 || b.waited_s > beats[static_cast<std::size_t>(longest)].waited_s)) {
-        longest = r;
-      }
+    peers[0] = Peer{mine, Clock::now()};
+    for (int r = 1; r < world; ++r) {
+      if (!sender.free(static_cast<std::size_t>(r))) continue;
+      MPI_Isend(&kAlive, 1, MPI_INT, r, kAliveTag, comm_.handle(),
+                &sender.requests[static_cast<std::size_t>(r)]);
     }
-    if (longest < 0) continue;
-    const auto now = Clock::now();
-    std::vector<std::string> absent;
-    int waiting = 0;
-    for (int r = 0; r < world; ++r) {
-      const Beat& b = beats[static_cast<std::size_t>(r)];
-      const double silent =
-          std::chrono::duration<double>(now - heard[static_cast<std::size_t>(r)]).count();
-      if (silent > kSilentAfter) {
-        absent.push_back(fmt::format("rank {} (silent for {:.0f} s: stopped or dead; last seen {} "
-                                     "during {})",
-                                     r, silent, b.waiting ? b.what.data() : "outside collectives",
-                                     b.step.data()));
-      } else if (!b.waiting) {
-        absent.push_back(fmt::format("rank {} (busy outside collectives during {})", r,
-                                     b.step.data()));
-      } else {
-        ++waiting;
-      }
+    const std::optional<std::string> verdict = judge(peers, hosts(), timeout_s_);
+    if (!verdict) continue;
+    spdlog::critical("{}", *verdict);
+    flush_logs();
+    if (record_failure_) record_failure_(*verdict);
+    // Every rank it can reach hears why the job ends (their requests are never waited for: the
+    // abort ends this process).
+    std::vector<MPI_Request> told(static_cast<std::size_t>(world), MPI_REQUEST_NULL);
+    for (int r = 1; r < world; ++r) {
+      MPI_Isend(verdict->data(), static_cast<int>(verdict->size()), MPI_BYTE, r, kVerdictTag,
+                comm_.handle(), &told[static_cast<std::size_t>(r)]);
     }
-    const Beat& w = beats[static_cast<std::size_t>(longest)];
-    std::string names;
-    for (std::size_t i = 0; i < absent.size() && i < 16; ++i)
-      names += (i ? ", " : "") + absent[i];
-    if (absent.size() > 16) names += fmt::format(", and {} more", absent.size() - 16);
-    abort_job(fmt::format(
-        "collective timeout: rank {} has waited {:.0f} s in {} during {} (--collective-timeout "
-        "{:g}); {} of {} ranks are waiting; did not arrive: {}",
-        longest, w.waited_s, w.what.data(), w.step.data(), timeout_s_, waiting, world,
-        absent.empty() ? "none (every rank waits: a deadlock between collectives)" : names));
+    MPI_Abort(comm_.handle(), static_cast<int>(ExitCode::kInternal));
+    std::_Exit(static_cast<int>(ExitCode::kInternal));
   }
-  for (MPI_Request& r : sends) {
-    if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
-  }
-  MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
+  sender.finish();
 }
 
 }  // namespace k3::dist

@@ -1,36 +1,43 @@
-// dist::Watchdog: a hung rank ends the job.
+// dist::Watchdog: a hung, stopped or lost rank ends the job, and the job says which.
 //
-// A rank that stops (SIGSTOP, a node that hangs, a deadlock in one rank's code) leaves every
-// other rank waiting in its next collective forever. Each rank runs a watchdog thread beside the
-// main thread: every second it tells rank 0's watchdog, over a communicator of its own, whether
-// the main thread is waiting in a collective (which one, since when, during which step; the
-// collective wrappers of dist/ mark their waits with WaitScope). When a rank has waited longer
-// than --collective-timeout, rank 0 names the ranks that did not arrive (those it has not heard
-// from for several seconds: stopped or dead; and those busy outside any collective), logs one
-// message and aborts the job. If rank 0 itself is the one that stopped, the waiting ranks abort
-// after the timeout plus a grace period, saying that rank 0 does not answer.
+// A rank that stops (SIGSTOP, a node that hangs, a deadlock in one rank's code) or a host whose
+// link is cut leaves every other rank waiting in its next collective forever. Each rank runs a
+// watchdog thread beside the main thread: every second it tells rank 0's watchdog, over a
+// communicator of its own, whether the main thread is waiting in a collective (which one, over
+// which group, since when, during which step; the collective wrappers of dist/ mark their waits
+// with WaitScope), and rank 0's watchdog answers each rank that it is alive. When a rank has
+// waited longer than --collective-timeout, rank 0 names the ranks that did not arrive (silent
+// ones: stopped, dead or cut off, grouped by host when a whole host is silent; busy ones: outside
+// any collective), records the failure, tells every rank it can reach, and aborts the job.
+//
+// Every rank that can still act ends on its own, so that a launcher that cannot reach a lost
+// host (mpirun waits for its daemon) leaves no rank behind: a rank told rank 0's verdict exits;
+// a rank that has waited past the timeout without hearing from rank 0 for several seconds (its
+// own host is cut off, or rank 0's is) says so and exits. A rank terminated by the launcher
+// (SIGTERM, as mpirun ends a job whose rank or host it lost) logs what it was waiting in, and
+// rank 0 records it as the job's end before the signal takes the process.
 //
 // The watchdog thread makes MPI calls of its own, on its own communicator, so the runtime asks
 // for MPI_THREAD_MULTIPLE; the main thread's discipline (dist/comm.h) is unchanged.
 #pragma once
 
 #include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "dist/comm.h"
 
 namespace k3::dist {
 
-// Marks the main thread as waiting in the collective `what` while it lives (checks the main
-// thread, as require_main_thread does). Nested scopes keep the outer mark.
+// Marks the main thread as waiting in the collective `what` over `over` while it lives (checks
+// the main thread, as require_main_thread does). Nested scopes keep the outer mark.
 class WaitScope {
  public:
-  explicit WaitScope(const char* what);
+  WaitScope(const char* what, const Comm& over);
   ~WaitScope();
   WaitScope(const WaitScope&) = delete;
   WaitScope& operator=(const WaitScope&) = delete;
@@ -48,20 +55,33 @@ void set_stage_step(std::uint64_t step);
 
 class Watchdog {
  public:
+  // Writes the job's failure record (the artifacts' status and summary) with `reason`; called on
+  // rank 0's watchdog thread just before the job ends, while the main thread waits.
+  using RecordFailure = std::function<void(const std::string& reason)>;
+
   // Collective over `world`. `timeout_s` <= 0 starts nothing.
-  Watchdog(const Comm& world, double timeout_s);
+  Watchdog(const Comm& world, double timeout_s, RecordFailure record_failure = {});
   ~Watchdog();  // stops the thread (collective: every rank destroys its watchdog)
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
+  // The host of every world rank, once the nodes are known: messages then name each rank's host,
+  // and a host whose every rank is silent is named as the host that was lost.
+  void set_hosts(std::vector<std::string> host_of_rank);
+
  private:
   void run();
+  std::vector<std::string> hosts() const;
+  [[noreturn]] void end_on_signal(int me, const std::string& message);
+
   Comm comm_;
   double timeout_s_ = 0;
+  RecordFailure record_failure_;
   std::thread thread_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stop_ = false;
+  int wake_read_ = -1;  // the thread's wake-up pipe: 'S' stops it, 'T' is a SIGTERM
+  int wake_write_ = -1;
+  mutable std::mutex hosts_mutex_;
+  std::vector<std::string> hosts_;
 };
 
 }  // namespace k3::dist
