@@ -13,6 +13,7 @@
 #include "apps/k3eval/evaluate.h"
 #include "apps/k3eval/load_only.h"
 #include "apps/k3eval/options.h"
+#include "common/text_file.h"
 #include "dist/collectives.h"
 #include "dist/groups.h"
 #include "dist/logging.h"
@@ -25,7 +26,7 @@ namespace {
 
 using namespace k3;
 
-int run_job(dist::Runtime& runtime, const apps::K3evalOptions& options);
+int run_job(dist::Runtime& runtime, const apps::K3evalOptions& options, dist::Watchdog* watchdog);
 
 int run_k3eval(dist::Runtime& runtime, int argc, char** argv) {
   apps::K3evalOptions options;
@@ -50,16 +51,6 @@ int run_k3eval(dist::Runtime& runtime, int argc, char** argv) {
     dist::add_rank_log_file(artifacts, runtime.rank());
     if (root) eval::write_status(artifacts / "status", eval::RunStatus::kRunning);
   });
-  std::optional<dist::Watchdog> watchdog;
-  if (options.collective_timeout > 0) {
-    if (runtime.thread_multiple()) {
-      watchdog.emplace(runtime.world(), options.collective_timeout);
-    } else if (root) {
-      spdlog::warn("the MPI library gives no MPI_THREAD_MULTIPLE: no watchdog, so a hung rank "
-                   "would hang the job (--collective-timeout {:g} ignored)",
-                   options.collective_timeout);
-    }
-  }
   // What the artifacts directory says when the job ends on an error k3eval sees (a killed rank
   // is recorded by the launcher wrappers, jobs/lib/record.sh): status failed, with the rank and
   // its message, and a summary.json of what finished.
@@ -72,14 +63,27 @@ int run_k3eval(dist::Runtime& runtime, int argc, char** argv) {
       spdlog::error("could not record the failure in {}: {}", artifacts.string(), e.what());
     }
   };
+  std::optional<dist::Watchdog> watchdog;
+  if (options.collective_timeout > 0) {
+    if (runtime.thread_multiple()) {
+      watchdog.emplace(runtime.world(), options.collective_timeout, [&](const std::string& reason) {
+        record_failure(ExitCode::kInternal, reason);
+      });
+    } else if (root) {
+      spdlog::warn(
+          "the MPI library gives no MPI_THREAD_MULTIPLE: no watchdog, so a hung rank "
+          "would hang the job (--collective-timeout {:g} ignored)",
+          options.collective_timeout);
+    }
+  }
   int code = 0;
   try {
-    code = run_job(runtime, options);
+    code = run_job(runtime, options, watchdog ? &*watchdog : nullptr);
   } catch (const dist::ReportedError& e) {
-    record_failure(e.exit_code(), e.reporting_rank() >= 0
-                                      ? "rank " + std::to_string(e.reporting_rank()) + ": " +
-                                            e.message()
-                                      : e.message());
+    record_failure(e.exit_code(),
+                   e.reporting_rank() >= 0
+                       ? "rank " + std::to_string(e.reporting_rank()) + ": " + e.message()
+                       : e.message());
     throw;
   } catch (const Error& e) {
     record_failure(e.exit_code(), "rank " + std::to_string(runtime.rank()) + ": " + e.what());
@@ -91,14 +95,24 @@ int run_k3eval(dist::Runtime& runtime, int argc, char** argv) {
   }
   // Modes without a verdict of their own (load-only, throughput, logits) end as "ok".
   if (root && !artifacts.empty() &&
-      eval::read_status_word(artifacts / "status") == eval::status_word(eval::RunStatus::kRunning)) {
-    eval::write_status(artifacts / "status", code == 0 ? eval::RunStatus::kOk : eval::RunStatus::kFailed,
+      eval::read_status_word(artifacts / "status") ==
+          eval::status_word(eval::RunStatus::kRunning)) {
+    eval::write_status(artifacts / "status",
+                       code == 0 ? eval::RunStatus::kOk : eval::RunStatus::kFailed,
                        code == 0 ? "" : "exit code " + std::to_string(code));
   }
   return code;
 }
 
-int run_job(dist::Runtime& runtime, const apps::K3evalOptions& options) {
+// The host of every world rank: node n holds the contiguous block of ranks_per_node ranks.
+std::vector<std::string> rank_hosts(const dist::NodeInfo& nodes) {
+  std::vector<std::string> hosts;
+  for (const std::string& host : nodes.node_hosts)
+    hosts.insert(hosts.end(), nodes.ranks_per_node, host);
+  return hosts;
+}
+
+int run_job(dist::Runtime& runtime, const apps::K3evalOptions& options, dist::Watchdog* watchdog) {
   spdlog::debug("command line: {}", options.command_line);
   if (options.command == "score") {
     // Re-scoring needs no model and no layout: rank 0 does it, the lowest failing rank reports.
@@ -121,7 +135,13 @@ int run_job(dist::Runtime& runtime, const apps::K3evalOptions& options) {
     nodes = runtime.discover_nodes(options.ranks_per_node);
     spec.ranks_per_node = nodes.ranks_per_node;
     layout = dist::Layout::make(spec);
+    // Which host holds which ranks, for a launcher wrapper that must name a lost host's ranks.
+    if (runtime.rank() == 0 && !options.artifacts_dir.empty()) {
+      write_file_atomically(std::filesystem::path(options.artifacts_dir) / "hosts.txt",
+                            apps::hosts_file(nodes));
+    }
   });
+  if (watchdog) watchdog->set_hosts(rank_hosts(nodes));
   spdlog::info("{} ranks ({} via {}), {} oneTBB thread(s) per rank, job {}", runtime.world_size(),
                nodes.simulated ? "simulated nodes" : "hosts",
                dist::launcher_name(runtime.env().launcher), threads->threads(),
