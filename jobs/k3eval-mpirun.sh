@@ -20,7 +20,9 @@
 #   K3_ARTIFACTS_DIR   the per-run directory itself (default: $K3_ARTIFACTS_ROOT/<UTC time>-<pid>)
 #   K3_MPIRUN_ARGS     extra mpirun options, split on whitespace (e.g. "--mca btl self,vader")
 # The artifacts directory holds job.txt, config.ini, stdout.log, stderr.log and logs/rank-NNNNN.log, as for
-# a Slurm job. Exit code: k3eval's (0 ok, 1 regression verdict, 2 usage or input error, 3 internal).
+# a Slurm job. Exit code: k3eval's (0 ok, 1 regression verdict, 2 usage or input error, 3 internal);
+# 3 as well when mpirun ended the job (a rank killed, a host lost), whose status then names the rank
+# or the host and its ranks, and what rank 0 was waiting in.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=jobs/lib/record.sh
@@ -51,6 +53,19 @@ k3eval=${K3EVAL:-$root/build/bin/k3eval}
 
 mpirun_args=()
 read -ra mpirun_args <<<"${K3_MPIRUN_ARGS:-}"
+# A lost host must end the job, not hang it: by default mpirun notices a daemon whose link is cut
+# only after its TCP keepalive gives up (300 s idle + 9 x 20 s probes). Probing after 4 s idle,
+# every 2 s, 3 times, it ends the job about 10 s after the cut (the kernel answers probes, so a
+# busy or stopped host is not mistaken for a lost one); its ranks get 3 s between SIGTERM and
+# SIGKILL, in which rank 0 records what it was waiting in. K3_MPIRUN_ARGS naming any of these
+# settings replaces ours.
+if [[ " ${mpirun_args[*]} " != *keepalive* ]]; then
+  mpirun_args+=(--mca oob_tcp_keepalive_time 4 --mca oob_tcp_keepalive_intvl 2
+    --mca oob_tcp_keepalive_probes 3)
+fi
+if [[ " ${mpirun_args[*]} " != *odls_base_sigkill_timeout* ]]; then
+  mpirun_args+=(--mca odls_base_sigkill_timeout 3)
+fi
 if [[ $small_host -eq 1 ]]; then
   mpirun_args+=(--oversubscribe)
   # mpirun --oversubscribe already makes waiting ranks yield; exported as well so that it also

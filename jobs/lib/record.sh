@@ -15,8 +15,8 @@ k3_artifacts_dir() {
 # lines, then k3eval's version, ROOT's git revision, the command and the start time), runs
 # COMMAND with its stdout and stderr shown and kept in ARTIFACTS/stdout.log and stderr.log,
 # appends the end time and the exit code to job.txt, finalizes the status of a job that died
-# under the launcher (k3_record_unfinished), and returns COMMAND's exit code (call it as
-# `k3_run_recorded ... || rc=$?`).
+# under the launcher (k3_record_unfinished), and returns COMMAND's exit code, or 3 when the
+# launcher ended the job (call it as `k3_run_recorded ... || rc=$?`).
 k3_run_recorded() {
   local artifacts=$1 root=$2 k3eval=$3 header=$4
   shift 4
@@ -43,15 +43,33 @@ k3_run_recorded() {
     echo "end: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "exit_code: $rc"
   } >>"$artifacts/job.txt"
-  k3_record_unfinished "$artifacts" "$rc"
+  # A job the launcher ended (its exit code is the launcher's, not one of k3eval's 0-3) is an
+  # internal failure: exit 3, as when k3eval itself ends the job.
+  if k3_record_unfinished "$artifacts" "$rc" || [[ $rc -gt 3 ]]; then
+    rc=3
+  fi
   return "$rc"
 }
 
-# k3_launcher_reason STDERR_FILE RC: why the launcher ended the job, from its own message
-# (mpirun: "process rank 3 with PID ... exited on signal 9 (Killed)"; srun: "task 3: Killed"),
-# else the exit code.
+# k3_host_ranks ARTIFACTS HOST: the world ranks on HOST ("4-7"), from the hosts.txt k3eval
+# writes once the nodes are known; empty when it did not get that far.
+k3_host_ranks() {
+  awk -v host="$2" '$1 == host { print $2 }' "$1/hosts.txt" 2>/dev/null | paste -sd, -
+}
+
+# k3_launcher_reason ARTIFACTS RC: why the launcher ended the job, from its own message in
+# ARTIFACTS/stderr.log (mpirun: "ORTE has lost communication with a remote daemon ... on node
+# h2", "process rank 3 with PID ... exited on signal 9 (Killed)"; srun: "task 3: Killed"), else
+# the exit code.
 k3_launcher_reason() {
-  local file=$1 rc=$2 line
+  local artifacts=$1 rc=$2 file=$1/stderr.log line host ranks
+  host=$(grep -A3 -m1 'ORTE has lost communication with a remote daemon' "$file" 2>/dev/null |
+    sed -nE 's/^ *Remote daemon *: .* on node ([^ ]+).*/\1/p' | head -n1)
+  if [[ -n $host ]]; then
+    ranks=$(k3_host_ranks "$artifacts" "$host")
+    echo "host $host${ranks:+ (ranks $ranks)} lost: mpirun lost contact with its daemon there (mpirun)"
+    return
+  fi
   line=$(grep -m1 -oE 'process rank [0-9]+ with PID [0-9]+ on node [^ ]+ exited on signal [0-9]+( \([^)]*\))?' "$file" 2>/dev/null || true)
   if [[ -n $line ]]; then
     sed -E 's/process rank ([0-9]+) with PID ([0-9]+) on node ([^ ]+) exited on signal ([0-9]+)(.*)/rank \1 on \3 exited on signal \4\5 (mpirun)/' <<<"$line"
@@ -67,17 +85,28 @@ k3_launcher_reason() {
   echo "the launcher ended with exit code $rc and k3eval recorded no reason"
 }
 
-# k3_record_unfinished ARTIFACTS RC: a job that died under the launcher leaves status "running"
-# (k3eval records the failures it sees itself); the wrapper finalizes it as "failed" with the
-# launcher's reason, and writes a summary.json saying what finished.
+# k3_record_unfinished ARTIFACTS RC: a job that died under the launcher leaves status "running",
+# or "failed" with what rank 0 was doing when the launcher terminated it; the wrapper finalizes
+# it as "failed" with the launcher's reason first (the lost host and its ranks, or the killed
+# rank and its signal), then k3eval's, and writes a summary.json saying what finished. It prints
+# that reason on stderr and returns 0 when it recorded one (1 when k3eval's record stands).
 k3_record_unfinished() {
-  local artifacts=$1 rc=$2 reason finished=0
-  [[ -f $artifacts/status && $(head -n1 "$artifacts/status") == running ]] || return 0
-  reason=$(k3_launcher_reason "$artifacts/stderr.log" "$rc")
+  local artifacts=$1 rc=$2 reason finished=0 word recorded=""
+  [[ -f $artifacts/status ]] || return 1
+  word=$(head -n1 "$artifacts/status")
+  if [[ $word == failed ]]; then
+    recorded=$(sed -n 2p "$artifacts/status")
+    [[ $recorded == "terminated by the launcher"* ]] || return 1
+  elif [[ $word != running ]]; then
+    return 1
+  fi
+  reason=$(k3_launcher_reason "$artifacts" "$rc")
+  [[ -n $recorded ]] && reason="$reason; $recorded"
   [[ -f $artifacts/questions.jsonl ]] && finished=$(grep -c '}$' "$artifacts/questions.jsonl" || true)
   printf 'failed\n%s\n' "$reason" >"$artifacts/status.tmp" && mv "$artifacts/status.tmp" "$artifacts/status"
   local escaped
   escaped=$(sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' <<<"$reason")
   printf '{\n  "status": "failed",\n  "reason": "%s",\n  "exit_code": %d,\n  "finished_questions": %d,\n  "recorded_by": "launcher wrapper"\n}\n' \
-    "$escaped" "$rc" "$finished" >"$artifacts/summary.json.tmp" && mv "$artifacts/summary.json.tmp" "$artifacts/summary.json"
+    "$escaped" 3 "$finished" >"$artifacts/summary.json.tmp" && mv "$artifacts/summary.json.tmp" "$artifacts/summary.json"
+  echo "k3eval: job failed: $reason" >&2
 }
