@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# k3eval across hosts, as a user runs it on several machines: hosts made on this machine by
+# tests/multihost/fixture.sh (network namespaces with their own host names, TCP through a bridge),
+# mpirun's rsh launcher starting one daemon per host.
+#   same_answers      the quickstart's layout on 1 host x 8, 2 hosts x 4 and 4 hosts x 2 ranks, the
+#                     nodes found from the host names: golden tokens and identical questions.jsonl;
+#                     --check-layout says which host holds which groups
+#   lost_host_cut     a host's link cut mid-run, under jobs/k3eval-mpirun.sh
+#   lost_host_kill    a host's processes (daemon and ranks) killed mid-run, under the wrapper
+#   lost_host_stop    a host's ranks stopped (SIGSTOP) mid-run, under the wrapper
+#   bare_mpirun_cut   a host's link cut under a bare mpirun: every rank ends on its own, status true
+# A lost host must end the job on every host within --collective-timeout + 15 s (nothing left: no
+# k3eval, orted or mpirun), exit 3, a status naming the host, its ranks, the collective and the
+# step, every finished question kept, and --resume on all hosts must finish it with the tokens of
+# an uninterrupted run.
+# Usage: multihost_test.sh CASE K3EVAL_BINARY WORK_DIR CHECKPOINT_DIR DATA_FILE
+set -uo pipefail
+case_name=$1
+k3eval=$2
+work=$3/$case_name
+ck=$4
+data=$5
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+rm -rf "$work" && mkdir -p "$work"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
+# shellcheck source=tests/multihost/fixture.sh
+source "$repo/tests/multihost/fixture.sh"
+
+failures=0
+fail() { echo "FAIL [$case_name]: $*" >&2; failures=$((failures + 1)); }
+finish() {
+  if [[ $failures -eq 0 ]]; then echo "PASS [$case_name]"; exit 0; fi
+  echo "$failures failure(s) in $case_name" >&2
+  exit 1
+}
+# The per-question facts that must not change: "id prediction token_ids", sorted by id.
+facts() {
+  sed -E 's/^\{"id":([0-9]+),.*"prediction":"([^"]*)".*"token_ids":(\[[^]]*\]).*$/\1 \2 \3/' "$1" | sort -n
+}
+
+quickstart=(--config "$repo/jobs/configs/quickstart.ini" --ranks-per-node 0 --model-path "$ck"
+            --data-path "$data" --progress log)
+
+# run_hosts HOSTS SLOTS DIR ARGS...: k3eval on HOSTS x SLOTS ranks of this fixture, plain mpirun.
+run_hosts() {
+  local hosts=$1 slots=$2 dir=$3
+  shift 3
+  mh_up "$hosts" || { fail "the multi-host fixture could not start (see above)"; finish; }
+  mh_slots "$slots"
+  timeout 300 mpirun "${MH_MPIRUN_ARGS[@]}" --map-by slot --oversubscribe -np $((hosts * slots)) "$k3eval" \
+    "${quickstart[@]}" --artifacts-dir "$dir" "$@" >"$dir.out" 2>"$dir.err"
+  rc=$?
+  mh_down
+}
+
+# The fault scenario's job: 40 questions, so that the fault lands mid-run, and a short timeout.
+lost_args=(--num-questions 40 --collective-timeout 10)
+timeout_s=10
+
+case $case_name in
+  same_answers)
+    mkdir -p "$work/one"
+    timeout 300 mpirun --oversubscribe -np 8 "$k3eval" "${quickstart[@]}" --artifacts-dir "$work/one" \
+      >"$work/one.out" 2>"$work/one.err"
+    rc=$?
+    [[ $rc -eq 0 ]] || fail "one host: exit code $rc; $(tail -3 "$work/one.err")"
+    facts "$work/one/questions.jsonl" >"$work/one.facts"
+    [[ $(wc -l <"$work/one.facts") -eq 20 ]] || fail "one host: $(wc -l <"$work/one.facts") questions"
+    for shape in 2x4 4x2; do
+      hosts=${shape%x*}
+      slots=${shape#*x}
+      run_hosts "$hosts" "$slots" "$work/$shape" --check-layout \
+        --baseline "$repo/jobs/baselines/quickstart-tiny.json"
+      [[ $rc -eq 0 ]] || fail "$shape: exit code $rc; $(tail -3 "$work/$shape.err")"
+      grep -q "nodes=$shape " "$work/$shape.out" || fail "$shape: the layout found no nodes=$shape: $(head -1 "$work/$shape.out")"
+      grep -q '^Golden tokens: 20 of 20 completions identical$' "$work/$shape.out" ||
+        fail "$shape: golden tokens: $(grep Golden "$work/$shape.out")"
+      facts "$work/$shape/questions.jsonl" >"$work/$shape.facts"
+      cmp -s "$work/one.facts" "$work/$shape.facts" ||
+        fail "$shape: questions.jsonl differs from one host's: $(diff "$work/one.facts" "$work/$shape.facts" | head -5)"
+      # --check-layout: each host's ranks and the groups it holds, a group split over hosts
+      # marked with how many of its members are there.
+      grep -qE "^host k3h[0-9]+n0: ranks \{0\.\.$((slots - 1))\}|^host k3h[0-9]+n0: ranks \{0,1\}" "$work/$shape.out" ||
+        fail "$shape: --check-layout names no host with its ranks: $(grep -A3 '^host' "$work/$shape.out" | head -4)"
+      grep -qE "^  moe-ep +\{0\.\.7\} \($slots of 8 here\)$" "$work/$shape.out" ||
+        fail "$shape: --check-layout does not show moe-ep spanning the hosts: $(grep moe-ep "$work/$shape.out")"
+      [[ $(wc -l <"$work/$shape/hosts.txt") -eq $hosts ]] || fail "$shape: hosts.txt: $(cat "$work/$shape/hosts.txt")"
+    done
+    ;;
+
+  lost_host_cut | lost_host_kill | lost_host_stop | bare_mpirun_cut)
+    fault=${case_name##*_}
+    # The uninterrupted run the resumed one must equal (tokens do not depend on the hosts).
+    mkdir -p "$work/whole"
+    timeout 300 mpirun --oversubscribe -np 8 "$k3eval" "${quickstart[@]}" "${lost_args[@]}" \
+      --artifacts-dir "$work/whole" >"$work/whole.out" 2>"$work/whole.err" ||
+      fail "uninterrupted run: $(tail -3 "$work/whole.err")"
+    mh_up 2 || { fail "the multi-host fixture could not start (see above)"; finish; }
+    mh_slots 4
+    lost=${MH_HOSTS[1]}
+    run_dir=$work/run
+    if [[ $case_name == bare_mpirun_cut ]]; then
+      mkdir -p "$run_dir"
+      mpirun "${MH_MPIRUN_ARGS[@]}" --map-by slot --oversubscribe -np 8 "$k3eval" "${quickstart[@]}" "${lost_args[@]}" \
+        --artifacts-dir "$run_dir" >"$work/run.out" 2>"$work/run.err" &
+    else
+      K3EVAL=$k3eval K3_ARTIFACTS_DIR=$run_dir K3_MPIRUN_ARGS="${MH_MPIRUN_ARGS[*]}" \
+        "$repo/jobs/k3eval-mpirun.sh" --small-host -n 8 "$repo/jobs/configs/quickstart.ini" \
+        "${quickstart[@]:2}" "${lost_args[@]}" >"$work/run.out" 2>"$work/run.err" &
+    fi
+    job=$!
+    # The fault once some questions are finished (and before all are).
+    for ((i = 0; i < 1200; i++)); do
+      [[ -f $run_dir/questions.jsonl && $(wc -l <"$run_dir/questions.jsonl") -ge 3 ]] && break
+      kill -0 "$job" 2>/dev/null || break
+      sleep 0.1
+    done
+    kept_at_fault=$(wc -l <"$run_dir/questions.jsonl" 2>/dev/null || echo 0)
+    [[ $kept_at_fault -ge 3 && $kept_at_fault -lt 40 ]] ||
+      fail "no fault injected: $kept_at_fault questions finished; $(tail -3 "$work/run.err")"
+    fault_at=$(date +%s)
+    case $fault in
+      cut) mh_cut "$lost" ;;
+      kill) mh_kill "$lost" ;;
+      stop) mh_stop "$lost" ;;
+    esac
+    # Every k3eval rank that can act must be gone in time; with the wrapper, everything.
+    deadline=$((fault_at + timeout_s + 15))
+    while [[ $(date +%s) -le $deadline ]]; do
+      if [[ $case_name == bare_mpirun_cut ]]; then
+        [[ -z $(mh_ranks_alive) ]] && break
+      else
+        kill -0 "$job" 2>/dev/null || break
+      fi
+      sleep 0.5
+    done
+    ended_after=$(($(date +%s) - fault_at))
+    if [[ $case_name == bare_mpirun_cut ]]; then
+      left=$(mh_ranks_alive)
+      [[ -z $left ]] || fail "k3eval ranks still alive $ended_after s after the cut: $left"
+      kill -KILL "$job" 2>/dev/null  # mpirun itself waits for the lost daemon: expected
+      wait "$job" 2>/dev/null
+    else
+      if kill -0 "$job" 2>/dev/null; then
+        fail "the job still runs $ended_after s after the fault (--collective-timeout $timeout_s)"
+        kill -KILL "$job" 2>/dev/null
+      fi
+      wait "$job"
+      rc=$?
+      [[ $rc -eq 3 ]] || fail "exit code $rc, expected 3; $(tail -3 "$work/run.err")"
+      left=$(mh_leftovers)
+      [[ -z $left ]] || fail "left behind after the job ended: $left"
+      [[ $(grep -c '^k3eval: job failed: \|collective timeout: ' "$work/run.err") -ge 1 ]] ||
+        fail "no message says why the job ended: $(tail -5 "$work/run.err")"
+    fi
+    echo "$case_name: the job ended $ended_after s after the fault" >&2
+    status=$(cat "$run_dir/status")
+    [[ $(head -n1 <<<"$status") == failed ]] || fail "status: $status"
+    grep -qE "host $lost \(ranks (4-7|\{4\.\.7\})" <<<"$status" || fail "status names no lost host and its ranks: $status"
+    grep -qE ' over (world|attn-tp|moe-ep|tp|attn-dp|node)' <<<"$status" || fail "status names no collective: $status"
+    grep -qE 'step [0-9]+' <<<"$status" || fail "status names no step: $status"
+    echo "status: $status" >&2
+    # Every finished question kept, each line whole.
+    kept=$(wc -l <"$run_dir/questions.jsonl")
+    [[ $kept -ge $kept_at_fault ]] || fail "kept $kept questions, $kept_at_fault were finished at the fault"
+    [[ $(grep -c '}$' "$run_dir/questions.jsonl") -eq $kept ]] || fail "a cut line in questions.jsonl"
+    # --resume on the full set of hosts completes the run with the uninterrupted run's tokens.
+    mh_down
+    mh_up 2 || { fail "the multi-host fixture could not start again"; finish; }
+    mh_slots 4
+    K3EVAL=$k3eval K3_ARTIFACTS_DIR=$run_dir K3_MPIRUN_ARGS="${MH_MPIRUN_ARGS[*]}" timeout 300 \
+      "$repo/jobs/k3eval-mpirun.sh" --small-host -n 8 "$repo/jobs/configs/quickstart.ini" \
+      "${quickstart[@]:2}" "${lost_args[@]}" --resume >"$work/resume.out" 2>"$work/resume.err"
+    rc=$?
+    [[ $rc -eq 0 ]] || fail "--resume: exit code $rc; $(tail -3 "$work/resume.err")"
+    facts "$work/whole/questions.jsonl" >"$work/whole.facts"
+    facts "$run_dir/questions.jsonl" >"$work/resumed.facts"
+    [[ $(wc -l <"$work/resumed.facts") -eq 40 ]] || fail "resumed run has $(wc -l <"$work/resumed.facts") questions"
+    cmp -s "$work/whole.facts" "$work/resumed.facts" ||
+      fail "resumed tokens differ from the uninterrupted run's: $(diff "$work/whole.facts" "$work/resumed.facts" | head -4)"
+    ;;
+  *)
+    fail "unknown case"
+    ;;
+esac
+finish
