@@ -18,6 +18,8 @@ packages=(
   # A single-host Slurm for jobs/slurm/ and tests/slurm/ (srun --mpi=pmix: Slurm's pmix_v4
   # plugin and Debian's Open MPI share libpmix2, which libopenmpi-dev already pulls in).
   slurm-wlm slurmctld slurmd slurm-client munge libpmix2
+  # Several hosts on one machine for tests/multihost/ (network namespaces, a bridge, tc).
+  iproute2
 )
 
 missing=()
