@@ -10,7 +10,7 @@
 // one zmm of 16 weight rows through the float steps of the AVX-512 VNNI-order kernels, in their
 // block order (block b into accumulator b mod 4), so every output has their bits.
 //
-// (An earlier attempt, docs/PERFORMANCE.md "Tried and dropped: AMX", put the weights in the A
+// (An earlier attempt, docs/PERFORMANCE.md "Tried and dropped", put the weights in the A
 // tile against the 16-row interleaved activations: its float epilogue ran once per weight row,
 // half-empty at 8 activations, and did not pay. Here it runs once per activation row.)
 #include <algorithm>

@@ -835,8 +835,8 @@ inline constexpr int kVnniOffset = T == Type::kQ4_0 ? 8 : 128;  // stored code =
 
 // Batch 1 streams 8 16-row groups side by side, each a sequential stream of its own,
 // prefetched into L2 about 7 super-blocks ahead (2 KiB for Q4_0, 4 KiB for Q8_0). Measured
-// against ggml's AMX buffer on the development host (2026-11-30, docs/PERFORMANCE.md): 8
-// streams beat 1, 2 and 4; for Q8_0, 4 KiB beat 2 KiB and no prefetch.
+// against ggml's AMX buffer on the development host (docs/PERFORMANCE.md, "Tried and dropped"):
+// 8 streams beat 4; for Q8_0, 4 KiB beat 2 KiB and no prefetch.
 inline constexpr size_t kVnniStreams = 8;
 template <Type T>
 inline constexpr size_t kVnniPrefetch = T == Type::kQ4_0 ? 2048 : 4096;

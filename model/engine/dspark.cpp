@@ -128,7 +128,7 @@ struct Drafter::Impl {
     // Without fp32 activations the drafter's float matrices (BF16 in SGLang's checkpoint) are
     // re-encoded once as Q8_0, so its forward runs on the integer kernels like the target's
     // quantized layers; its proposals are verified, so this changes no token, only how fast it
-    // drafts (docs/PERFORMANCE.md).
+    // drafts (docs/PERFORMANCE.md, "Speculative decoding with the DSpark drafter").
     auto lin = [&](const Weight* w) {
       const quant::MatrixView view = w->view();
       const bool float_type = view.type == quant::Type::kBF16 ||

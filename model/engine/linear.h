@@ -27,7 +27,7 @@ class Linear {
   // `view` copied once into the 16-row VNNI order (quant/repack.h) when the active ISA has a
   // kernel for its type and it has a whole group of rows; otherwise in place, as Linear(view,
   // false). Products give the same bits either way; the repacked batch-1 GEMV reads its weights
-  // as a few sequential streams at about the read bandwidth (docs/PERFORMANCE.md).
+  // as a few sequential streams (docs/PERFORMANCE.md, "Closing the gap").
   static Linear repacked(const quant::MatrixView& view);
   // The rows of `top` then those of `bottom` (quant::stack_rows) as one matrix, dequantized to
   // F32 when `exact`, else repacked when `repack` (and the ISA has a kernel), else held as
