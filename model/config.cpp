@@ -470,6 +470,29 @@ void refuse_other_drafters(const Reader& top, const std::string& source) {
   }
 }
 
+// Every drafter layer attends to its whole context (the target's taps and the block): a
+// `layer_types` list that does not name each layer once, a layer of another kind (a sliding
+// window) or `use_sliding_window` would be math the drafter does not compute, so it is refused.
+void refuse_other_layer_types(const Reader& top, int layers) {
+  if (top.boolean_or("use_sliding_window", false))
+    top.refuse("use_sliding_window", "expected false: every drafter layer is full attention");
+  if (!top.has("layer_types")) return;
+  const json& types = top.at("layer_types");
+  if (!types.is_array()) top.refuse("layer_types", "expected an array of layer kinds");
+  if (types.size() != static_cast<std::size_t>(std::max(layers, 0))) {
+    top.refuse("layer_types", "with " + std::to_string(types.size()) +
+                                  " entries, expected one per layer (num_hidden_layers = " +
+                                  std::to_string(layers) + ")");
+  }
+  for (std::size_t i = 0; i < types.size(); ++i) {
+    if (types[i] != "full_attention") {
+      top.refuse("layer_types", "entry " + std::to_string(i) + " is " + types[i].dump() +
+                                    ", expected \"full_attention\" (the only layer kind the "
+                                    "drafter computes)");
+    }
+  }
+}
+
 // SGLang's DSpark drafter config (RadixArk/Kimi-K3-DSpark): a flat Qwen3 config with the
 // drafter's keys in "dflash_config".
 ModelConfig parse_draft_config(const Reader& top, const std::string& source) {
@@ -490,6 +513,7 @@ ModelConfig parse_draft_config(const Reader& top, const std::string& source) {
   c.hidden_size = top.integer("hidden_size");
   c.intermediate_size = top.integer("intermediate_size");
   c.num_hidden_layers = top.integer("num_hidden_layers");
+  refuse_other_layer_types(top, c.num_hidden_layers);
   c.num_attention_heads = top.integer("num_attention_heads");
   d.num_key_value_heads = top.integer("num_key_value_heads");
   d.head_dim = top.integer("head_dim");

@@ -546,6 +546,11 @@ void add_draft_cases(std::vector<Case>& cases) {
       {"config.json", "block_size"});
   add("block_size_huge", config([](json& c) { c["block_size"] = 65; }),
       {"config.json", "block_size"});
+  add("layer_types_one_for_all", config([](json& c) { c["layer_types"] = {"full_attention"}; }),
+      {"config.json", "layer_types", "one per layer"});
+  add("layer_types_sliding",
+      config([](json& c) { c["layer_types"][0] = "sliding_attention"; }),
+      {"config.json", "layer_types", "sliding_attention"});
   add("aux_hidden_stream_unknown", config([](json& c) { c["aux_hidden_stream"] = "residual"; }),
       {"config.json", "aux_hidden_stream"});
   add("rope_type_unknown", config([](json& c) { c["rope_parameters"]["rope_type"] = "linear"; }),
