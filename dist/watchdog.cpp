@@ -9,9 +9,11 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <span>
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -32,11 +34,11 @@ std::atomic<std::int64_t> g_waiting_since{0};      // Clock ticks
 std::mutex g_stage_mutex;
 std::string g_stage = "start";
 std::atomic<std::uint64_t> g_stage_step{0};  // 0: no step count in this stage
-// The write end of the running watchdog's wake-up pipe, for the SIGTERM handler.
-std::atomic<int> g_wake_fd{-1};
+// The write end of the running watchdog's signal pipe, for the SIGTERM handler.
+std::atomic<int> g_signal_fd{-1};
 
 extern "C" void wake_on_sigterm(int) {
-  const int fd = g_wake_fd.load();
+  const int fd = g_signal_fd.load();
   if (fd < 0) return;
   const char signal_byte = 'T';
   [[maybe_unused]] const ssize_t n = ::write(fd, &signal_byte, 1);  // async-signal-safe
@@ -57,6 +59,7 @@ constexpr int kAliveTag = 4243;    // rank 0 -> every rank, every second: one in
 constexpr int kVerdictTag = 4244;  // rank 0 -> every rank: the message that ends the job
 constexpr auto kInterval = std::chrono::seconds(1);
 constexpr double kSilentAfter = 5.0;  // s without a heartbeat: stopped, dead or cut off
+constexpr double kAliveWithin = 2.0;  // s: a rank heard this recently is running
 // A rank terminated by the launcher names the ranks it has not heard from for this long.
 constexpr double kSilentAtSignal = 2.5;
 constexpr double kVerdictExitDelay = 3.0;  // s a told rank leaves to the launcher's kill
@@ -112,15 +115,26 @@ struct Peer {
   Clock::time_point heard = Clock::now();
 };
 
+// Rank 0's latest view of every rank, copied after each tick for the signal thread: the thread
+// that makes MPI calls can be held inside one (a TCP endpoint's lock, taken by a main thread
+// that reports a lost peer), and a rank terminated then must still say what it saw.
+std::mutex g_seen_mutex;
+std::vector<Peer> g_seen;
+Clock::time_point g_seen_at = Clock::now();
+
 std::string host_of(const std::vector<std::string>& hosts, int rank) {
   return rank < static_cast<int>(hosts.size()) ? hosts[static_cast<std::size_t>(rank)] : "";
 }
 
-// The ranks silent for more than `silent_after` seconds, a whole host at a time where every rank
-// of a host is silent ("host h2 (ranks {4..7}, every rank of the host) silent for 21 s: ...").
+// The ranks silent for more than `silent_after` seconds at time `at`, a whole host at a time where
+// every rank of a host is silent ("host h2 (ranks {4..7}, every rank of the host) silent for
+// 21 s: ...").
 std::vector<std::string> describe_silent(const std::vector<Peer>& peers,
                                          const std::vector<std::string>& hosts,
-                                         double silent_after) {
+                                         double silent_after, Clock::time_point at) {
+  const auto silent_for = [at](const Peer& p) {
+    return std::chrono::duration<double>(at - p.heard).count();
+  };
   const int world = static_cast<int>(peers.size());
   std::vector<std::string> out;
   for (int r = 0; r < world;) {
@@ -130,7 +144,7 @@ std::vector<std::string> describe_silent(const std::vector<Peer>& peers,
     std::vector<int> silent;
     double least = 1e300;
     for (int q = r; q < end; ++q) {
-      const double s = seconds_since(peers[static_cast<std::size_t>(q)].heard);
+      const double s = silent_for(peers[static_cast<std::size_t>(q)]);
       if (s > silent_after) {
         silent.push_back(q);
         least = std::min(least, s);
@@ -150,7 +164,7 @@ std::vector<std::string> describe_silent(const std::vector<Peer>& peers,
         const Peer& p = peers[static_cast<std::size_t>(q)];
         out.push_back(fmt::format(
             "rank {} (silent for {:.0f} s: stopped or dead; last seen {} during {}{})", q,
-            seconds_since(p.heard),
+            silent_for(p),
             p.beat.waiting ? "in " + std::string(p.beat.what.data()) : "outside collectives",
             p.beat.step.data(), host.empty() ? "" : "; on host " + host));
       }
@@ -173,7 +187,13 @@ std::optional<std::string> judge(const std::vector<Peer>& peers,
     }
   }
   if (longest < 0) return std::nullopt;
-  std::vector<std::string> absent = describe_silent(peers, hosts, kSilentAfter);
+  // A rank last heard a few seconds ago may have just stopped or may be late by a beat: the
+  // verdict waits (at most kSilentAfter - kAliveWithin s) until it is heard again or is silent.
+  for (const Peer& p : peers) {
+    const double silent = seconds_since(p.heard);
+    if (silent > kAliveWithin && silent <= kSilentAfter) return std::nullopt;
+  }
+  std::vector<std::string> absent = describe_silent(peers, hosts, kSilentAfter, Clock::now());
   int waiting = 0;
   for (int r = 0; r < world; ++r) {
     const Peer& p = peers[static_cast<std::size_t>(r)];
@@ -200,22 +220,38 @@ std::optional<std::string> judge(const std::vector<Peer>& peers,
 
 // What a rank terminated by the launcher says: what it was waiting in, and on rank 0 the ranks
 // it had not heard from (the launcher ends a job when it loses a rank or a host).
-std::string signal_message(int me, const std::vector<Peer>& peers,
-                           const std::vector<std::string>& hosts) {
+// "rank 0 on host h1 had waited 3 s in alltoallv over moe-ep during generation, step 67".
+std::string describe_me(int me, const std::vector<std::string>& hosts) {
   const Beat mine = my_beat();
-  std::string message = fmt::format(
-      "terminated by the launcher (SIGTERM): rank {}{} {} during {}", me,
+  return fmt::format(
+      "rank {}{} {} during {}", me,
       host_of(hosts, me).empty() ? "" : " on host " + host_of(hosts, me),
       mine.waiting ? fmt::format("had waited {:.0f} s in {}", mine.waited_s, mine.what.data())
                    : std::string("was outside collectives"),
       mine.step.data());
+}
+
+std::string signal_message(int me, const std::vector<std::string>& hosts) {
+  std::string message = "terminated by the launcher (SIGTERM): " + describe_me(me, hosts);
   if (me == 0) {
-    const std::vector<std::string> silent = describe_silent(peers, hosts, kSilentAtSignal);
+    std::vector<Peer> peers;
+    Clock::time_point seen_at;
+    {
+      const std::lock_guard lock(g_seen_mutex);
+      peers = g_seen;
+      seen_at = g_seen_at;
+    }
+    // The watchdog thread updates its view every second unless MPI holds it; an older view is
+    // named with its age, and judged as of then.
+    const double age = seconds_since(seen_at);
+    const std::string as_of =
+        age > 2.0 ? fmt::format(" (as rank 0 saw it {:.0f} s before the signal)", age) : "";
+    const std::vector<std::string> silent = describe_silent(peers, hosts, kSilentAtSignal, seen_at);
     std::string names;
     for (std::size_t i = 0; i < silent.size() && i < 16; ++i) names += (i ? ", " : "") + silent[i];
     message += silent.empty() ? "; every rank's watchdog had been heard from in the last "
-                                "seconds"
-                              : "; not heard from: " + names;
+                                "seconds" + as_of
+                              : "; not heard from" + as_of + ": " + names;
   }
   return message;
 }
@@ -242,6 +278,16 @@ struct Sender {
 
 }  // namespace
 
+Watchdog::Pipe Watchdog::make_pipe(const char* for_whom) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    throw InternalError(fmt::format("pipe2 for {} failed: {}", for_whom, std::strerror(errno)));
+  }
+  // A writer (the SIGTERM handler among them) never blocks; a reader waits.
+  ::fcntl(fds[1], F_SETFL, O_NONBLOCK);
+  return Pipe{fds[0], fds[1]};
+}
+
 WaitScope::WaitScope(const char* what, const Comm& over) {
   require_main_thread(what);
   const char* none = nullptr;
@@ -264,38 +310,43 @@ void set_stage(std::string stage) {
 
 void set_stage_step(std::uint64_t step) { g_stage_step.store(step, std::memory_order_relaxed); }
 
-Watchdog::Watchdog(const Comm& world, double timeout_s, RecordFailure record_failure)
-    : timeout_s_(timeout_s), record_failure_(std::move(record_failure)) {
+Watchdog::Watchdog(const Comm& world, double timeout_s, RecordFailure record_failure,
+                   std::filesystem::path heartbeat_file)
+    : timeout_s_(timeout_s),
+      record_failure_(std::move(record_failure)),
+      heartbeat_file_(std::move(heartbeat_file)) {
   if (timeout_s <= 0) return;
   MPI_Comm dup = MPI_COMM_NULL;
   if (MPI_Comm_dup(world.handle(), &dup) != MPI_SUCCESS) {
     throw InternalError("MPI_Comm_dup for the watchdog failed");
   }
   comm_ = Comm(dup);
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
-    throw InternalError(std::string("pipe2 for the watchdog failed: ") + std::strerror(errno));
+  wake_ = make_pipe("the watchdog");
+  signal_ = make_pipe("the watchdog's monitor thread");
+  {
+    const std::lock_guard lock(g_seen_mutex);
+    g_seen.assign(static_cast<std::size_t>(comm_.size()), Peer{});
   }
-  wake_read_ = fds[0];
-  wake_write_ = fds[1];
-  g_wake_fd.store(wake_write_);
+  g_signal_fd.store(signal_.write);
   struct sigaction action {};
   action.sa_handler = wake_on_sigterm;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &action, nullptr);
   thread_ = std::thread([this] { run(); });
+  monitor_thread_ = std::thread([this] { monitor(); });
 }
 
 Watchdog::~Watchdog() {
   if (!thread_.joinable()) return;
   const char stop_byte = 'S';
-  [[maybe_unused]] const ssize_t n = ::write(wake_write_, &stop_byte, 1);
+  [[maybe_unused]] ssize_t n = ::write(wake_.write, &stop_byte, 1);
   thread_.join();
   signal(SIGTERM, SIG_DFL);
-  g_wake_fd.store(-1);
-  ::close(wake_read_);
-  ::close(wake_write_);
+  g_signal_fd.store(-1);
+  n = ::write(signal_.write, &stop_byte, 1);
+  monitor_thread_.join();
+  for (int fd : {wake_.read, wake_.write, signal_.read, signal_.write}) ::close(fd);
   // Messages that arrived after the thread's last drain are received, so that the communicator
   // is freed (collectively, by the Comm) with nothing waiting in it.
   drain(comm_, comm_.rank() == 0 ? kBeatTag : kAliveTag, [](int, std::span<const char>) {});
@@ -323,6 +374,51 @@ void Watchdog::end_on_signal(int me, const std::string& message) {
   std::_Exit(128 + SIGTERM);
 }
 
+void Watchdog::monitor() {
+  const int me = comm_.rank();
+  bool heartbeat_failed = false;
+  for (;;) {
+    pollfd signal_pipe{signal_.read, POLLIN, 0};
+    const int ready = ::poll(&signal_pipe, 1, 1000);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {
+      if (me == 0 && !heartbeat_file_.empty() && !heartbeat_failed) {
+        heartbeat_failed = !write_heartbeat(describe_me(me, hosts()));
+      }
+      continue;
+    }
+    char byte = 0;
+    const ssize_t n = ::read(signal_.read, &byte, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || byte == 'S') return;
+    if (byte == 'T') end_on_signal(me, signal_message(me, hosts()));
+  }
+}
+
+bool Watchdog::write_heartbeat(const std::string& line) const {
+  // Replaced whole by a rename, without fsync: a reader sees one whole line, and a second's
+  // heartbeat is not worth a disk flush.
+  const std::filesystem::path tmp = heartbeat_file_.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << fmt::format("{:%Y-%m-%dT%H:%M:%SZ} {}\n",
+                       std::chrono::floor<std::chrono::seconds>(std::chrono::system_clock::now()),
+                       line);
+    if (!out) {
+      spdlog::warn("cannot write the heartbeat file {}: no more heartbeats", tmp.string());
+      return false;
+    }
+  }
+  std::error_code error;
+  std::filesystem::rename(tmp, heartbeat_file_, error);
+  if (error) {
+    spdlog::warn("cannot rename {} to {}: {}; no more heartbeats", tmp.string(),
+                 heartbeat_file_.string(), error.message());
+    return false;
+  }
+  return true;
+}
+
 void Watchdog::run() {
   const int me = comm_.rank();
   const int world = comm_.size();
@@ -337,13 +433,11 @@ void Watchdog::run() {
   for (;;) {
     const auto wait_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(next_tick - Clock::now());
-    pollfd wake{wake_read_, POLLIN, 0};
+    pollfd wake{wake_.read, POLLIN, 0};
     if (::poll(&wake, 1, static_cast<int>(std::max<std::int64_t>(wait_ms.count(), 0))) > 0) {
       char bytes[16];
-      const ssize_t n = ::read(wake_read_, bytes, sizeof bytes);
+      const ssize_t n = ::read(wake_.read, bytes, sizeof bytes);
       if (n > 0 && std::memchr(bytes, 'S', static_cast<std::size_t>(n))) break;
-      if (n > 0 && std::memchr(bytes, 'T', static_cast<std::size_t>(n)))
-        end_on_signal(me, signal_message(me, peers, hosts()));
       continue;
     }
     next_tick = Clock::now() + kInterval;
@@ -396,6 +490,11 @@ void Watchdog::run() {
       p.heard = Clock::now();
     });
     peers[0] = Peer{mine, Clock::now()};
+    {
+      const std::lock_guard lock(g_seen_mutex);
+      g_seen = peers;
+      g_seen_at = Clock::now();
+    }
     for (int r = 1; r < world; ++r) {
       if (!sender.free(static_cast<std::size_t>(r))) continue;
       MPI_Isend(&kAlive, 1, MPI_INT, r, kAliveTag, comm_.handle(),

@@ -15,7 +15,12 @@
 // a rank that has waited past the timeout without hearing from rank 0 for several seconds (its
 // own host is cut off, or rank 0's is) says so and exits. A rank terminated by the launcher
 // (SIGTERM, as mpirun ends a job whose rank or host it lost) logs what it was waiting in, and
-// rank 0 records it as the job's end before the signal takes the process.
+// rank 0 records it as the job's end before the signal takes the process. A second thread, the
+// monitor, which makes no MPI call, does that: the watchdog thread may then be held inside MPI
+// (Open MPI's TCP transport holds an endpoint's lock while the main thread reports the lost
+// peer). On rank 0 the monitor also rewrites a heartbeat file every second with what rank 0 is
+// doing, so that a rank 0 ended without a word (Open MPI's own abort on a reset connection
+// _exits, an OOM kill) still leaves its last state for the launcher wrappers to record.
 //
 // The watchdog thread makes MPI calls of its own, on its own communicator, so the runtime asks
 // for MPI_THREAD_MULTIPLE; the main thread's discipline (dist/comm.h) is unchanged.
@@ -23,6 +28,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -59,8 +65,11 @@ class Watchdog {
   // rank 0's watchdog thread just before the job ends, while the main thread waits.
   using RecordFailure = std::function<void(const std::string& reason)>;
 
-  // Collective over `world`. `timeout_s` <= 0 starts nothing.
-  Watchdog(const Comm& world, double timeout_s, RecordFailure record_failure = {});
+  // Collective over `world`. `timeout_s` <= 0 starts nothing. A non-empty `heartbeat_file` is
+  // rewritten by rank 0 every second: "<UTC time> rank 0 on host H had waited N s in <collective>
+  // over <group> during <stage>, step S".
+  Watchdog(const Comm& world, double timeout_s, RecordFailure record_failure = {},
+           std::filesystem::path heartbeat_file = {});
   ~Watchdog();  // stops the thread (collective: every rank destroys its watchdog)
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
@@ -70,7 +79,14 @@ class Watchdog {
   void set_hosts(std::vector<std::string> host_of_rank);
 
  private:
+  struct Pipe {
+    int read = -1;
+    int write = -1;
+  };
+  static Pipe make_pipe(const char* for_whom);
   void run();
+  void monitor();  // the monitor thread: a SIGTERM ends the rank with what it was doing
+  bool write_heartbeat(const std::string& line) const;  // false once it cannot
   std::vector<std::string> hosts() const;
   [[noreturn]] void end_on_signal(int me, const std::string& message);
 
@@ -78,8 +94,10 @@ class Watchdog {
   double timeout_s_ = 0;
   RecordFailure record_failure_;
   std::thread thread_;
-  int wake_read_ = -1;  // the thread's wake-up pipe: 'S' stops it, 'T' is a SIGTERM
-  int wake_write_ = -1;
+  std::filesystem::path heartbeat_file_;
+  std::thread monitor_thread_;
+  Pipe wake_;    // 'S' stops the watchdog thread (its poll is also its one-second tick)
+  Pipe signal_;  // 'T' from the SIGTERM handler, 'S' stops the monitor thread
   mutable std::mutex hosts_mutex_;
   std::vector<std::string> hosts_;
 };

@@ -49,7 +49,10 @@ int run_k3eval(dist::Runtime& runtime, int argc, char** argv) {
   runtime.collectively([&] {
     if (artifacts.empty()) return;
     dist::add_rank_log_file(artifacts, runtime.rank());
-    if (root) eval::write_status(artifacts / "status", eval::RunStatus::kRunning);
+    if (root) {
+      eval::write_status(artifacts / "status", eval::RunStatus::kRunning);
+      std::filesystem::remove(artifacts / "heartbeat");  // an earlier run's, when resuming
+    }
   });
   // What the artifacts directory says when the job ends on an error k3eval sees (a killed rank
   // is recorded by the launcher wrappers, jobs/lib/record.sh): status failed, with the rank and
@@ -66,9 +69,10 @@ int run_k3eval(dist::Runtime& runtime, int argc, char** argv) {
   std::optional<dist::Watchdog> watchdog;
   if (options.collective_timeout > 0) {
     if (runtime.thread_multiple()) {
-      watchdog.emplace(runtime.world(), options.collective_timeout, [&](const std::string& reason) {
-        record_failure(ExitCode::kInternal, reason);
-      });
+      watchdog.emplace(
+          runtime.world(), options.collective_timeout,
+          [&](const std::string& reason) { record_failure(ExitCode::kInternal, reason); },
+          artifacts.empty() ? std::filesystem::path() : artifacts / "heartbeat");
     } else if (root) {
       spdlog::warn(
           "the MPI library gives no MPI_THREAD_MULTIPLE: no watchdog, so a hung rank "

@@ -88,7 +88,8 @@ k3_launcher_reason() {
 # k3_record_unfinished ARTIFACTS RC: a job that died under the launcher leaves status "running",
 # or "failed" with what rank 0 was doing when the launcher terminated it; the wrapper finalizes
 # it as "failed" with the launcher's reason first (the lost host and its ranks, or the killed
-# rank and its signal), then k3eval's, and writes a summary.json saying what finished. It prints
+# rank and its signal), then k3eval's (or, when rank 0 ended without one, its last heartbeat:
+# what it was doing a second before), and writes a summary.json saying what finished. It prints
 # that reason on stderr and returns 0 when it recorded one (1 when k3eval's record stands).
 k3_record_unfinished() {
   local artifacts=$1 rc=$2 reason finished=0 word recorded=""
@@ -101,7 +102,14 @@ k3_record_unfinished() {
     return 1
   fi
   reason=$(k3_launcher_reason "$artifacts" "$rc")
-  [[ -n $recorded ]] && reason="$reason; $recorded"
+  if [[ -n $recorded ]]; then
+    reason="$reason; $recorded"
+  elif [[ -s $artifacts/heartbeat ]]; then
+    # Rank 0 ended without a word (an MPI library's own abort, SIGKILL): its last heartbeat.
+    local at last
+    read -r at last <"$artifacts/heartbeat"
+    reason="$reason; rank 0 ended without a record; its last heartbeat ($at): $last"
+  fi
   [[ -f $artifacts/questions.jsonl ]] && finished=$(grep -c '}$' "$artifacts/questions.jsonl" || true)
   printf 'failed\n%s\n' "$reason" >"$artifacts/status.tmp" && mv "$artifacts/status.tmp" "$artifacts/status"
   local escaped

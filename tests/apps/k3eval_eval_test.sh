@@ -157,6 +157,14 @@ PY
       [[ -s $work/killed/logs/rank-0000$r.log ]] || fail "logs/rank-0000$r.log is empty"
     done
     grep -q 'injected SIGKILL' "$work/killed/logs/rank-00003.log" || fail "rank 3's last line was lost"
+    # Rank 0 itself killed (as Open MPI's own abort on a reset connection ends it, without a
+    # word): the status keeps its last heartbeat, what it was doing a second before.
+    K3EVAL=$k3eval K3_ARTIFACTS_DIR="$work/killed0" timeout 120 "$repo/jobs/k3eval-mpirun.sh" --small-host -n 8 \
+      "$work/job.ini" "${common[@]}" --debug-kill-rank 0 >"$work/out" 2>"$work/err"
+    rc=$?
+    [[ $rc -ne 0 && $rc -ne 124 ]] || fail "killed rank 0: wrapper exit $rc"
+    grep -qE '^rank 0 .*signal 9.*; rank 0 ended without a record; its last heartbeat \(20[0-9-]+T[0-9:]+Z\): rank 0 .*(had waited|was outside)' \
+      "$work/killed0/status" || fail "killed rank 0: status keeps no heartbeat: $(cat "$work/killed0/status")"
     # A stopped rank (a hung node): the watchdog ends the job, naming it, and no rank outlives it.
     start=$(date +%s)
     run 8 "${common[@]}" "${layout8[@]}" --num-questions 4 --max-new-tokens 4 --collective-timeout 5 \
