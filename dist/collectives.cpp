@@ -50,7 +50,12 @@ void bcast(const Comm& comm, std::string& text, int root) {
 }
 
 std::string scatter_parts(const Comm& comm, std::span<const std::string> parts, int root) {
-  const WaitScope wait("scatter_parts", comm);
+  std::uint64_t sent = 0;
+  if (comm.rank() == root) {
+    for (std::size_t r = 0; r < parts.size(); ++r)
+      if (static_cast<int>(r) != root) sent += parts[r].size() + sizeof(int);
+  }
+  const WaitScope wait("scatter_parts", comm, sent);
   std::vector<int> counts;
   if (comm.rank() == root) {
     if (static_cast<int>(parts.size()) != comm.size()) {
@@ -96,7 +101,6 @@ namespace k3::dist {
 void allreduce_sum_ordered(const Comm& comm, std::span<float> data) {
   const int members = comm.size();
   if (members == 1) return;
-  const WaitScope wait("allreduce_sum_ordered", comm);
   checked_count(data.size(), "allreduce_sum_ordered");
   const auto p = static_cast<std::size_t>(members);
   // Segment s = [n s / P, n (s + 1) / P): member s adds it up, then every member gets them all.
@@ -106,6 +110,10 @@ void allreduce_sum_ordered(const Comm& comm, std::span<float> data) {
     counts[s] = static_cast<int>(data.size() * (s + 1) / p) - displs[s];
   }
   const auto me = static_cast<std::size_t>(comm.rank());
+  // The gather's bytes here, the reduce-scatter's in its own scope.
+  const WaitScope wait("allreduce_sum_ordered", comm,
+                       to_others_bytes(static_cast<std::size_t>(counts[me]) * sizeof(float),
+                                       members));
   const std::vector<float> sum = reduce_scatter_sum_ordered(comm, data, counts);
   std::copy(sum.begin(), sum.end(), data.begin() + displs[me]);
   check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data(), counts.data(),
@@ -119,7 +127,8 @@ std::vector<float> reduce_scatter_sum_ordered(const Comm& comm, std::span<const 
   const auto me = static_cast<std::size_t>(comm.rank());
   const int mine = counts[me];
   if (comm.size() == 1) return std::vector<float>(data.begin(), data.end());
-  const WaitScope wait("reduce_scatter_sum_ordered", comm);
+  const WaitScope wait("reduce_scatter_sum_ordered", comm,
+                       not_mine_bytes(counts, comm.rank(), sizeof(float)));
   const auto p = static_cast<std::size_t>(comm.size());
   std::vector<int> recv_counts(p, mine), recv_displs(p);
   for (std::size_t r = 0; r < p; ++r) recv_displs[r] = static_cast<int>(r) * mine;
@@ -136,7 +145,8 @@ std::vector<float> reduce_scatter_sum_ordered(const Comm& comm, std::span<const 
 }
 
 void allreduce_maxloc(const Comm& comm, std::span<float> values, std::span<std::int32_t> ids) {
-  const WaitScope wait("allreduce_maxloc", comm);
+  const WaitScope wait("allreduce_maxloc", comm,
+                       allreduce_bytes(values.size() * (sizeof(float) + sizeof(int)), comm.size()));
   if (values.size() != ids.size()) {
     throw InternalError("allreduce_maxloc: " + std::to_string(values.size()) + " values and " +
                         std::to_string(ids.size()) + " ids");

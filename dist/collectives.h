@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <numeric>
@@ -49,6 +50,26 @@ MPI_Datatype mpi_type() {
 enum class ReduceOp { kSum, kMax, kMin, kLogicalOr, kLogicalAnd };
 MPI_Op mpi_op(ReduceOp op);
 
+// The bytes a member sends for its traffic count (dist/traffic.h): an allreduce of `bytes` moves
+// 2 (P - 1) / P of them, as a ring does; a contribution every other member receives, (P - 1)
+// times.
+inline std::uint64_t allreduce_bytes(std::size_t bytes, int members) {
+  return members > 1 ? 2 * (static_cast<std::uint64_t>(members) - 1) * bytes /
+                           static_cast<std::uint64_t>(members)
+                     : 0;
+}
+inline std::uint64_t to_others_bytes(std::size_t bytes, int members) {
+  return static_cast<std::uint64_t>(bytes) * static_cast<std::uint64_t>(std::max(members - 1, 0));
+}
+// Of `counts` elements of `size` bytes per member, those not for `me`.
+inline std::uint64_t not_mine_bytes(std::span<const int> counts, int me, std::size_t size) {
+  std::uint64_t n = 0;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    if (static_cast<int>(i) != me) n += static_cast<std::uint64_t>(std::max(counts[i], 0));
+  }
+  return n * size;
+}
+
 // MPI counts are int; refuse sizes that would silently wrap.
 int checked_count(std::size_t n, const char* what);
 std::vector<int> displacements(std::span<const int> counts, const char* what);
@@ -56,7 +77,7 @@ std::vector<int> displacements(std::span<const int> counts, const char* what);
 // In place over `data` on every member.
 template <class T>
 void allreduce(const Comm& comm, std::span<T> data, ReduceOp op) {
-  const WaitScope wait("allreduce", comm);
+  const WaitScope wait("allreduce", comm, allreduce_bytes(data.size_bytes(), comm.size()));
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, data.data(), checked_count(data.size(), "allreduce"),
                           mpi_type<T>(), mpi_op(op), comm.handle()),
             "MPI_Allreduce");
@@ -91,7 +112,7 @@ void allreduce_maxloc(const Comm& comm, std::span<float> values, std::span<std::
 // One value from every member, in rank order.
 template <class T>
 std::vector<T> allgather(const Comm& comm, const T& value) {
-  const WaitScope wait("allgather", comm);
+  const WaitScope wait("allgather", comm, to_others_bytes(sizeof(T), comm.size()));
   std::vector<T> out(comm.size());
   check_mpi(MPI_Allgather(&value, 1, mpi_type<T>(), out.data(), 1, mpi_type<T>(), comm.handle()),
             "MPI_Allgather");
@@ -117,7 +138,7 @@ Gathered<T> allgatherv(const Comm& comm, std::span<const T> mine) {
 // member, the same on all of them): no count exchange, one collective instead of two.
 template <class T>
 Gathered<T> allgatherv(const Comm& comm, std::span<const T> mine, std::vector<int> counts) {
-  const WaitScope wait("allgatherv", comm);
+  const WaitScope wait("allgatherv", comm, to_others_bytes(mine.size_bytes(), comm.size()));
   if (static_cast<int>(counts.size()) != comm.size() ||
       counts[static_cast<std::size_t>(comm.rank())] != checked_count(mine.size(), "allgatherv")) {
     throw InternalError("allgatherv: known counts do not match this member's " +
@@ -138,7 +159,8 @@ Gathered<T> allgatherv(const Comm& comm, std::span<const T> mine, std::vector<in
 // Variable-length contributions to `root`; other members get an empty result.
 template <class T>
 Gathered<T> gatherv(const Comm& comm, std::span<const T> mine, int root) {
-  const WaitScope wait("gatherv", comm);
+  const WaitScope wait("gatherv", comm,
+                       comm.rank() == root ? 0 : mine.size_bytes() + sizeof(int));
   const int count = checked_count(mine.size(), "gatherv");
   Gathered<T> out;
   if (comm.rank() == root) out.counts.resize(comm.size());
@@ -183,7 +205,7 @@ Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const
                       std::vector<int> recv_counts);
 template <class T>
 Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const int> send_counts) {
-  const WaitScope wait("alltoallv", comm);
+  const WaitScope wait("alltoallv", comm, to_others_bytes(sizeof(int), comm.size()));
   alltoallv_send_displs(comm, send.size(), send_counts);  // argument errors before any call
   std::vector<int> recv_counts(comm.size());
   check_mpi(
@@ -197,7 +219,7 @@ Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const
 template <class T>
 Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const int> send_counts,
                       std::vector<int> recv_counts) {
-  const WaitScope wait("alltoallv", comm);
+  const WaitScope wait("alltoallv", comm, not_mine_bytes(send_counts, comm.rank(), sizeof(T)));
   const std::vector<int> send_displs = alltoallv_send_displs(comm, send.size(), send_counts);
   if (static_cast<int>(recv_counts.size()) != comm.size()) {
     throw InternalError("alltoallv: " + std::to_string(recv_counts.size()) +
@@ -216,7 +238,8 @@ Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const
 
 template <class T>
 void bcast(const Comm& comm, std::span<T> data, int root) {
-  const WaitScope wait("bcast", comm);
+  const WaitScope wait("bcast", comm,
+                       comm.rank() == root ? to_others_bytes(data.size_bytes(), comm.size()) : 0);
   check_mpi(MPI_Bcast(data.data(), checked_count(data.size(), "bcast"), mpi_type<T>(), root,
                       comm.handle()),
             "MPI_Bcast");

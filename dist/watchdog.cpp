@@ -20,6 +20,7 @@
 #include "common/error.h"
 #include "dist/layout.h"
 #include "dist/logging.h"
+#include "dist/traffic.h"
 
 namespace k3::dist {
 
@@ -288,18 +289,24 @@ Watchdog::Pipe Watchdog::make_pipe(const char* for_whom) {
   return Pipe{fds[0], fds[1]};
 }
 
-WaitScope::WaitScope(const char* what, const Comm& over) {
+WaitScope::WaitScope(const char* what, const Comm& over, std::uint64_t bytes_sent) {
   require_main_thread(what);
+  count_traffic_bytes(bytes_sent);
   const char* none = nullptr;
   outer_ = g_waiting_in.compare_exchange_strong(none, what);
   if (outer_) {
+    since_ = Clock::now().time_since_epoch().count();
     g_waiting_over.store(over.name());
-    g_waiting_since.store(Clock::now().time_since_epoch().count());
+    g_waiting_since.store(since_);
   }
 }
 
 WaitScope::~WaitScope() {
-  if (outer_) g_waiting_in.store(nullptr);
+  if (!outer_) return;
+  g_waiting_in.store(nullptr);
+  count_traffic_wait(
+      std::chrono::duration<double>(Clock::now() - Clock::time_point(Clock::duration(since_)))
+          .count());
 }
 
 void set_stage(std::string stage) {

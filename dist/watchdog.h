@@ -40,16 +40,19 @@
 namespace k3::dist {
 
 // Marks the main thread as waiting in the collective `what` over `over` while it lives (checks
-// the main thread, as require_main_thread does). Nested scopes keep the outer mark.
+// the main thread, as require_main_thread does), and counts the wait and the `bytes_sent` to
+// other members in the current traffic kind (dist/traffic.h). Nested scopes keep the outer mark
+// and add only their bytes: the outer scope's time holds theirs.
 class WaitScope {
  public:
-  WaitScope(const char* what, const Comm& over);
+  WaitScope(const char* what, const Comm& over, std::uint64_t bytes_sent = 0);
   ~WaitScope();
   WaitScope(const WaitScope&) = delete;
   WaitScope& operator=(const WaitScope&) = delete;
 
  private:
   bool outer_ = false;
+  std::int64_t since_ = 0;  // steady-clock ticks at the start of an outer scope
 };
 
 // The stage the job is in ("pre-flight and loading", "generation"), named in the watchdog's

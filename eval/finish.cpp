@@ -66,6 +66,7 @@ int finish_evaluation(const RunContext& context, const std::vector<QuestionResul
         static_cast<unsigned long long>(all_tokens));
   }
   if (context.speculative) std::fputs(format_speculative_lines(*context.speculative).c_str(), out);
+  if (context.traffic) std::fputs(format_traffic_lines(*context.traffic).c_str(), out);
   std::optional<Verdict> verdict;
   if (baseline) {
     verdict = judge(*baseline, metrics, all);
@@ -93,6 +94,7 @@ int finish_evaluation(const RunContext& context, const std::vector<QuestionResul
                            {"all", {{"questions", all.size()}, {"completion_tokens", all_tokens}}}};
     }
     if (context.speculative) summary["speculative"] = speculative_json(*context.speculative);
+    if (context.traffic) summary["collectives"] = traffic_json(*context.traffic);
     write_summary(artifacts / "summary.json", summary);
     write_status(artifacts / "status", status);
   }
@@ -127,6 +129,7 @@ int finish_throughput(const RunContext& context, const ThroughputOutcome& outcom
   auto metrics = compute_throughput_metrics(outcome.requests, outcome.seconds, outcome.dp_groups);
   metrics.speculative = context.speculative;
   std::fputs(format_throughput_block(metrics).c_str(), out);
+  if (context.traffic) std::fputs(format_traffic_lines(*context.traffic).c_str(), out);
   std::optional<ThroughputVerdict> verdict;
   if (baseline) {
     verdict = judge_throughput(*baseline, metrics.output_throughput());
@@ -141,8 +144,9 @@ int finish_throughput(const RunContext& context, const ThroughputOutcome& outcom
     std::string lines;
     for (const auto& r : outcome.requests) lines += to_json(r).dump() + "\n";
     write_file_atomically(artifacts / "requests.jsonl", lines);
-    write_summary(artifacts / "summary.json",
-                  throughput_summary_json(metrics, verdict ? &*verdict : nullptr, context.config));
+    auto summary = throughput_summary_json(metrics, verdict ? &*verdict : nullptr, context.config);
+    if (context.traffic) summary["collectives"] = traffic_json(*context.traffic);
+    write_summary(artifacts / "summary.json", summary);
     write_status(artifacts / "status", status);
   }
   if (!context.history.empty()) {

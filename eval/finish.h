@@ -16,6 +16,7 @@
 #include "eval/results.h"
 #include "eval/speculative.h"
 #include "eval/throughput.h"
+#include "eval/traffic.h"
 
 namespace k3::eval {
 
@@ -31,6 +32,9 @@ struct RunContext {
   // accept lines, summary.json's "speculative" object and the history record's fields. Absent,
   // every output is what it is without speculation.
   std::optional<SpeculativeRun> speculative;
+  // The generation stage's time in collectives per kind of traffic: the "Collectives" block and
+  // summary.json's "collectives" object. Absent, neither appears.
+  std::optional<TrafficRun> traffic;
   std::FILE* out = stdout;
 };
 

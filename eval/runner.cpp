@@ -362,6 +362,7 @@ ThroughputOutcome run_throughput(model::engine::Engine& engine, const dist::Grou
   ThroughputOutcome out;
   out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   out.dp_groups = group_count;
+  out.steps = stats.steps;
   // Every rank of a DP group holds its group's counts: summed over one rank of each group (the
   // attn-dp group), rank 0's sum counts every group once.
   const SpeculativeMetrics group_counts = speculative_metrics(stats);

@@ -60,6 +60,7 @@ struct ThroughputRequest {
 struct ThroughputOutcome {
   std::vector<ThroughputRequest> requests;  // rank 0: every request, by id
   double seconds = 0;                       // wall time of the whole measurement
+  std::uint64_t steps = 0;                  // engine steps (every rank takes each step)
   int dp_groups = 0;
   SpeculativeMetrics speculative;  // rank 0: every DP group's counts summed (0: no speculation)
 };

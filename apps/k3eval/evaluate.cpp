@@ -22,6 +22,7 @@
 #include "common/text_file.h"
 #include "dist/collectives.h"
 #include "dist/logging.h"
+#include "dist/traffic.h"
 #include "dist/watchdog.h"
 #include "eval/baseline.h"
 #include "eval/dataset.h"
@@ -292,6 +293,20 @@ std::optional<eval::SpeculativeRun> speculative_run(const K3evalOptions& o, cons
                               static_cast<std::uint64_t>(serving.block_size), counts};
 }
 
+// Collective: the generation stage's time in collectives per kind of traffic, every rank's
+// counts since `since`; rank 0 gets the figures, the other ranks nothing.
+std::optional<eval::TrafficRun> traffic_run(const dist::Groups& groups,
+                                            const dist::TrafficCounts& since, double wall_s,
+                                            std::uint64_t steps) {
+  const dist::TrafficReport report =
+      dist::gather_traffic(groups.world(), since, groups.layout().nodes());
+  if (groups.world().rank() != 0) return std::nullopt;
+  eval::TrafficRun run{report.ranks, report.hosts, wall_s, steps, {}};
+  for (const dist::TrafficRow& row : report.rows)
+    run.kinds.push_back({row.kind, row.mean_s, row.max_s, row.bytes, row.calls_per_rank});
+  return run;
+}
+
 // Every id in order on every rank (rank 0 read them).
 std::vector<std::size_t> bcast_ids(const dist::Groups& groups, std::vector<std::size_t> ids) {
   std::uint64_t n = ids.size();
@@ -404,8 +419,11 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
     }
   };
   dist::set_stage("GSM8K generation");
+  const dist::TrafficCounts traffic_before = dist::traffic_counts();
   const eval::EvalOutcome outcome =
       eval::run_gsm8k(*engine, groups, tokenizer, prompts, tokens, done, ro, on_result);
+  const std::optional<eval::TrafficRun> traffic =
+      traffic_run(groups, traffic_before, outcome.latency_s, outcome.stats.steps);
   // Each DP group counts its own tokens and speculative rounds, the same on all its ranks: the
   // job's totals add one rank of every DP group, which is what the attn-dp group holds (rank 0's
   // sums are the group leaders', attn-tp rank 0 of each group).
@@ -430,6 +448,7 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
   if (root) {
     eval::RunContext context = run_context(o, groups, config_json(o, groups.layout()));
     context.speculative = speculative_run(o, serving, speculative);
+    context.traffic = traffic;
     code = eval::finish_evaluation(context, resumed.results, outcome.results, outcome.latency_s,
                                    baseline);
   }
@@ -517,11 +536,15 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
   eval::warm_up_throughput(*engine, groups, prompts.at(0), ro);
   dist::set_stage("throughput generation");
   spdlog::info("throughput: {} {} prompts, all in flight", prompts.size(), o.dataset_name);
+  const dist::TrafficCounts traffic_before = dist::traffic_counts();
   const auto out = eval::run_throughput(*engine, groups, prompts, output_lens, ro);
+  const std::optional<eval::TrafficRun> traffic =
+      traffic_run(groups, traffic_before, out.seconds, out.steps);
   int code = 0;
   if (root) {
     eval::RunContext context = run_context(o, groups, config);
     context.speculative = speculative_run(o, serving, out.speculative);
+    context.traffic = traffic;
     code = eval::finish_throughput(context, out, baseline);
   }
   dist::bcast(groups.world(), std::span<int>(&code, 1), 0);

@@ -6,6 +6,7 @@
 #include <oneapi/tbb/parallel_for.h>
 
 #include "common/error.h"
+#include "dist/traffic.h"
 #include "model/engine/engine_impl.h"
 #include "model/engine/ops.h"
 #include "model/file.h"
@@ -314,7 +315,10 @@ StepResult Engine::step(std::span<const StepSequence> batch) {
 
   // Section 2.0: h is the stream; banks hold the raw block inputs of this forward pass.
   Rows h, p, x(T * H), xn(T * H), a, y(T * H), f;
-  m.embedding.lookup(ids, H, h);
+  {
+    const dist::TrafficScope traffic(dist::Traffic::kEmbedding);
+    m.embedding.lookup(ids, H, h);
+  }
   std::vector<Rows> banks;
   std::vector<const float*> src;
   auto mix = [&](const Rows& current, std::span<const float> score, Rows& dst) {
@@ -362,10 +366,13 @@ StepResult Engine::step(std::span<const StepSequence> batch) {
     if (m.opt.tap_attn_res) tap(static_cast<int>(l) - 1, x);  // what layer l's norm reads
     if (reset) banks.push_back(p);  // bank the RAW layer input (layer 0 banks the embedding)
     rms_norm(x.data(), T, H, L.input_norm, eps, xn.data());
-    if (L.mla) {
-      m.mla(*L.mla, xn, batch, br, a);
-    } else {
-      m.kda(*L.kda, xn, batch, br, a);
+    {
+      const dist::TrafficScope traffic(dist::Traffic::kAttentionTp);
+      if (L.mla) {
+        m.mla(*L.mla, xn, batch, br, a);
+      } else {
+        m.kda(*L.kda, xn, batch, br, a);
+      }
     }
     if (reset) {
       p = a;  // the residual stream restarts from the attention output
@@ -375,8 +382,10 @@ StepResult Engine::step(std::span<const StepSequence> batch) {
     mix(p, L.mlp_res_score, y);
     rms_norm(y.data(), T, H, L.post_norm, eps, y.data());
     if (L.mlp) {
+      const dist::TrafficScope traffic(dist::Traffic::kDenseMlpTp);
       L.mlp->apply(y, T, f);
     } else {
+      const dist::TrafficScope traffic(dist::Traffic::kExpertAllToAll);
       m.moe(*L.moe, y, T, f);
     }
     h = std::move(p);
@@ -427,7 +436,10 @@ StepResult Engine::step(std::span<const StepSequence> batch) {
   StepResult result;
   result.layers = std::move(trace);
   result.taps = std::move(taps);
-  m.lm_head_outputs(out, batch, row_seq, row_pos, result);
+  {
+    const dist::TrafficScope traffic(dist::Traffic::kLmHead);
+    m.lm_head_outputs(out, batch, row_seq, row_pos, result);
+  }
   for (std::size_t i = 0; i < batch.size(); ++i) {
     Slot& slot = m.slots[static_cast<std::size_t>(batch[i].slot)];
     if (batch[i].speculative) {

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "dist/collectives.h"
+#include "dist/traffic.h"
 #include "dist/watchdog.h"
 
 namespace k3::model::engine {
@@ -215,7 +216,10 @@ GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& 
                                           leader ? stats.verify_rounds : 0u,
                                           leader ? stats.drafted_tokens : 0u,
                                           leader ? stats.accepted_drafts : 0u};
-    dist::allreduce(groups_.world(), std::span<std::uint64_t>(flags), dist::ReduceOp::kSum);
+    {
+      const dist::TrafficScope traffic(dist::Traffic::kDpSync);
+      dist::allreduce(groups_.world(), std::span<std::uint64_t>(flags), dist::ReduceOp::kSum);
+    }
     if (on_progress && stats.steps > 0) {
       on_progress({flags[2], flags[3], stats.steps, flags[4], flags[5], flags[6]});
     }
@@ -234,7 +238,10 @@ GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& 
         const Sequence& s = *batch_seq[i];
         drafts[i] = {s.slot, s.generated.back(), s.request->sampling};
       }
-      const auto proposed = drafter->propose(drafts);
+      const auto proposed = [&] {
+        const dist::TrafficScope traffic(dist::Traffic::kDraft);
+        return drafter->propose(drafts);
+      }();
       for (std::size_t i = 0; i < verifying; ++i) {
         Sequence& s = *batch_seq[i];
         const std::size_t room = s.request->max_new_tokens - s.generated.size();
@@ -251,6 +258,7 @@ GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& 
     nonfinite = result.nonfinite_logits > 0;
     // The first rank of the attention-TP group decides every sampled token for its group.
     if (groups_.attn_tp().size() > 1 && !result.next.empty()) {
+      const dist::TrafficScope traffic(dist::Traffic::kLmHead);
       dist::bcast(groups_.attn_tp(), std::span<std::int32_t>(result.next), 0);
       if (verifying > 0) {
         std::vector<std::int32_t> flat;

@@ -417,6 +417,13 @@ PY
     expect_out '^DP group 1: +4 requests, 128 input \+ 24 generated tokens in [0-9.]+ s$'
     expect_out '^P99 TTFT \(ms\): +[0-9]+\.[0-9]{2}$'
     expect_out '^Mean TPOT \(ms\): +[0-9]+\.[0-9]{2}$'
+    # Where the time went: every kind of traffic the layout has, per step.
+    expect_out '^Collectives: 8 ranks on 1 host\(s\), [0-9]+ steps in [0-9.]+ s'
+    for kind in 'attention TP' 'EP all-to-all' 'LM head' 'DP sync'; do
+      expect_out "^  $kind +[0-9.]+ +[0-9.]+% +[0-9.]+ +[0-9.]+ +[0-9.]+ (B|KiB|MiB)\$"
+    done
+    python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["collectives"]; assert c["ranks"] == 8 and {"attention TP","EP all-to-all","LM head","DP sync"} <= {k["kind"] for k in c["kinds"]} and all(k["bytes"] > 0 for k in c["kinds"] if k["kind"] != "other"), c' \
+      "$work/a/summary.json" || fail "summary.json: no collectives by kind"
     expect_err 'progress: 8/8 requests'
     [[ $(cat "$work/a/status") == ok ]] || fail "status file: $(cat "$work/a/status")"
     h5dump -a /runs/0/kind "$work/a/history.h5" 2>&1 | grep -qF '"throughput"' ||

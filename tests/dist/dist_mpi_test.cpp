@@ -3,6 +3,7 @@
 // Runs under mpirun with 1, 8 and 64 ranks (see tests/dist/CMakeLists.txt).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include <numeric>
@@ -12,6 +13,7 @@
 #include "dist/collectives.h"
 #include "dist/groups.h"
 #include "dist/threads.h"
+#include "dist/traffic.h"
 #include "tests/support/mpi_test.h"
 
 namespace k3::dist {
@@ -140,6 +142,70 @@ TEST(Collectives, AllreduceAllgatherBcast) {
   if (me == 0) floats = {1.5f, -2.5f, 3.25f};
   bcast(world, std::span<float>(floats), 0);
   EXPECT_EQ(floats, (std::array<float, 3>{1.5f, -2.5f, 3.25f}));
+}
+
+// Each collective's wait and bytes land in the kind of traffic its scope names: bytes as the
+// data this rank must deliver to the others, the outermost wrapper counted once as a call, and
+// the report gathers every rank's difference since a snapshot.
+TEST(Traffic, CountsEachCollectiveInItsScopesKind) {
+  const Comm& world = runtime().world();
+  const int n = world.size();
+  const int me = world.rank();
+  const TrafficCounts before = traffic_counts();
+  {
+    const TrafficScope scope(Traffic::kExpertAllToAll);
+    std::vector<int> counts(static_cast<std::size_t>(n), 3);  // 3 floats to every member
+    std::vector<float> send(static_cast<std::size_t>(3 * n), 1.0f);
+    alltoallv(world, std::span<const float>(send), std::span<const int>(counts), counts);
+    {
+      const TrafficScope inner(Traffic::kLmHead);  // overrides until it ends
+      std::vector<float> v(100, 1.0f);
+      allreduce_sum_ordered(world, std::span<float>(v));
+    }
+    std::vector<std::int32_t> ids(4, 0);
+    if (me == 0) ids = {1, 2, 3, 4};
+    bcast(world, std::span<std::int32_t>(ids), 0);
+  }
+  const TrafficCounts after = traffic_counts();
+  auto delta = [&](Traffic k) {
+    const auto i = static_cast<std::size_t>(k);
+    return TrafficCount{after[i].seconds - before[i].seconds, after[i].bytes - before[i].bytes,
+                        after[i].calls - before[i].calls};
+  };
+  const TrafficCount ep = delta(Traffic::kExpertAllToAll);
+  const std::uint64_t others = static_cast<std::uint64_t>(n - 1);
+  EXPECT_EQ(ep.calls, 2u);  // the alltoallv and the bcast
+  EXPECT_EQ(ep.bytes, others * 3 * sizeof(float) + (me == 0 ? others * 4 * sizeof(std::int32_t) : 0));
+  EXPECT_GE(ep.seconds, 0.0);
+  const TrafficCount head = delta(Traffic::kLmHead);
+  if (n == 1) {
+    EXPECT_EQ(head.calls, 0u);  // one member: nothing to exchange, no collective
+  } else {
+    EXPECT_EQ(head.calls, 1u);  // the reduce-scatter nested inside counts no second call
+    // This member's segment to each other member, and its own summed segment back to them.
+    const std::uint64_t segment = 100 * (me + 1) / n - 100 * me / n;
+    std::uint64_t not_mine = 0;
+    for (int r = 0; r < n; ++r)
+      if (r != me) not_mine += 100 * (r + 1) / n - 100 * r / n;
+    EXPECT_EQ(head.bytes, (not_mine + others * segment) * sizeof(float));
+  }
+  EXPECT_EQ(delta(Traffic::kDpSync).calls, 0u);
+
+  const TrafficReport report = gather_traffic(world, before, 1);
+  if (me != 0) {
+    EXPECT_TRUE(report.rows.empty());
+    return;
+  }
+  EXPECT_EQ(report.ranks, n);
+  ASSERT_FALSE(report.rows.empty());
+  const auto row = std::find_if(report.rows.begin(), report.rows.end(),
+                                [](const TrafficRow& r) { return r.kind == "EP all-to-all"; });
+  ASSERT_NE(row, report.rows.end());
+  EXPECT_EQ(row->calls_per_rank, 2.0);
+  // Every member sent 3 floats to each other one; the root also sent the 4 ids to each.
+  EXPECT_EQ(row->bytes, static_cast<std::uint64_t>(n) * others * 3 * sizeof(float) +
+                            others * 4 * sizeof(std::int32_t));
+  EXPECT_GE(row->max_s, row->mean_s);
 }
 
 // Each element is added in rank order, whatever the length: an element's sum is the same bits

@@ -85,6 +85,10 @@ case $case_name in
       grep -qE "^  moe-ep +\{0\.\.7\} \($slots of 8 here\)$" "$work/$shape.out" ||
         fail "$shape: --check-layout does not show moe-ep spanning the hosts: $(grep moe-ep "$work/$shape.out")"
       [[ $(wc -l <"$work/$shape/hosts.txt") -eq $hosts ]] || fail "$shape: hosts.txt: $(cat "$work/$shape/hosts.txt")"
+      # The collectives' time per kind of traffic, over the real hosts.
+      grep -qE "^Collectives: 8 ranks on $hosts host\(s\)" "$work/$shape.out" ||
+        fail "$shape: no Collectives block: $(grep -A9 '^Collectives' "$work/$shape.out")"
+      grep -qE '^  EP all-to-all +[0-9.]+ ' "$work/$shape.out" || fail "$shape: no EP all-to-all row"
     done
     ;;
 
