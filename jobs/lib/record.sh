@@ -14,7 +14,8 @@ k3_artifacts_dir() {
 # k3_run_recorded ARTIFACTS ROOT K3EVAL HEADER COMMAND...: writes ARTIFACTS/job.txt (the HEADER
 # lines, then k3eval's version, ROOT's git revision, the command and the start time), runs
 # COMMAND with its stdout and stderr shown and kept in ARTIFACTS/stdout.log and stderr.log,
-# appends the end time and the exit code to job.txt, finalizes the status of a job that died
+# appends the end time and the exit code to job.txt (a launcher that outlives k3eval's final
+# status by K3_LAUNCHER_GRACE seconds is ended, see below), finalizes the status of a job that died
 # under the launcher (k3_record_unfinished), and returns COMMAND's exit code, or 3 when the
 # launcher ended the job (call it as `k3_run_recorded ... || rc=$?`).
 k3_run_recorded() {
@@ -34,14 +35,52 @@ k3_run_recorded() {
   local stderr_tee
   exec 4> >(tee "$artifacts/stderr.log" >&2)
   stderr_tee=$!
-  "$@" 2>&4 | tee "$artifacts/stdout.log"
-  rc=${PIPESTATUS[0]}
+  # The launcher runs in the background, watched: once k3eval's rank 0 has written a final
+  # status, the outcome is known, yet a launcher can keep waiting for a lost host's daemon
+  # (srun waits KillWait + 2 s for a step daemon it cannot reach). It is ended
+  # K3_LAUNCHER_GRACE seconds (default 8) after the final status, and the status's exit code
+  # is the job's.
+  local state
+  state=$(mktemp -d)
+  (
+    "$@" 2>&4 &
+    echo $! >"$state/pid"
+    wait $!
+    echo $? >"$state/rc"
+  ) 2>/dev/null | tee "$artifacts/stdout.log" &
+  local pipeline=$! grace=${K3_LAUNCHER_GRACE:-8} final_since="" word ended_by_wrapper=""
+  while kill -0 "$pipeline" 2>/dev/null; do
+    word=""
+    # Only a status this run wrote (a resumed run's directory holds the last run's).
+    [[ -s $state/pid && -n $(find "$artifacts/status" -newer "$state/pid" 2>/dev/null) ]] &&
+      word=$(head -n1 "$artifacts/status" 2>/dev/null || true)
+    if [[ $word =~ ^(ok|regression|error|failed)$ && ! -f $state/rc ]]; then
+      final_since=${final_since:-$SECONDS}
+      if ((SECONDS - final_since >= grace)); then
+        ended_by_wrapper="the launcher still ran $grace s after k3eval's final status ($word); the wrapper ended it"
+        kill -TERM "$(<"$state/pid")" 2>/dev/null
+        sleep 2
+        kill -KILL "$(<"$state/pid")" 2>/dev/null
+        break
+      fi
+    fi
+    sleep 0.5
+  done
+  wait "$pipeline"
   exec 4>&-
   wait "$stderr_tee"  # stderr.log is complete
   set -e
+  if [[ -n $ended_by_wrapper ]]; then
+    case $word in ok) rc=0 ;; regression) rc=1 ;; error) rc=2 ;; *) rc=3 ;; esac
+    echo "k3eval: $ended_by_wrapper" >&2
+  else
+    rc=$(cat "$state/rc" 2>/dev/null || echo 3)
+  fi
+  rm -rf "$state"
   {
     echo "end: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "exit_code: $rc"
+    [[ -z $ended_by_wrapper ]] || echo "note: $ended_by_wrapper"
   } >>"$artifacts/job.txt"
   # A job the launcher ended (its exit code is the launcher's, not one of k3eval's 0-3) is an
   # internal failure: exit 3, as when k3eval itself ends the job.

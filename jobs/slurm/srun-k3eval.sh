@@ -12,6 +12,8 @@
 #   K3_ARTIFACTS_ROOT  parent of the per-job directory (default: $SLURM_SUBMIT_DIR/artifacts)
 #   K3_ARTIFACTS_DIR   the per-job directory itself (default: $K3_ARTIFACTS_ROOT/$SLURM_JOB_ID)
 #   K3_SRUN_ARGS       extra srun options, split on whitespace (e.g. "--cpu-bind=cores")
+#   K3_LAUNCHER_GRACE  seconds srun may outlive k3eval's final status before it is ended (default 8;
+#                      srun waits KillWait + 2 s for the step daemon of a node it lost)
 # The artifacts directory holds job.txt (what ran, where, exit code), config.ini (the config
 # used), stdout.log (rank 0's results) and logs/rank-NNNNN.log (every rank's full log).
 # Exit code: k3eval's (0 ok, 1 regression verdict, 2 usage or input error, 3 internal), so a

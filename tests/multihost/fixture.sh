@@ -9,6 +9,9 @@
 #                     (add --map-by slot: k3eval wants each host's ranks in one block).
 #                     It installs mh_down as the EXIT, INT and TERM trap.
 #   mh_slots S        S slots per host in the hostfile
+#   mh_slurm_up DIR CPUS  a Slurm cluster (tests/slurm/cluster.sh) in DIR with one node per host,
+#                     CPUS CPUs each, its slurmd in the host's namespaces; sources DIR/env.sh.
+#                     mh_down stops it at once.
 #   mh_down           removes everything mh_up made and every process in it, the mpirun of
 #                     this fixture included (idempotent)
 #   mh_cut H          cuts host H's link (its port on the bridge goes down)
@@ -28,6 +31,7 @@ MH_MPIRUN_ARGS=()
 MH_SLOT=""
 MH_HOSTFILE=""
 MH_STATE=""
+MH_SLURM_DIR=""
 
 mh_fail() { echo "multihost fixture: $*" >&2; return 1; }
 
@@ -105,6 +109,16 @@ mh_slots() {
   for host in "${MH_HOSTS[@]}"; do echo "$host slots=$1" >>"$MH_HOSTFILE"; done
 }
 
+mh_slurm_up() {
+  local dir=$1 cpus=$2 i hosts=""
+  for ((i = 0; i < ${#MH_HOSTS[@]}; i++)); do hosts+="${MH_HOSTS[i]}=10.213.$MH_SLOT.$((10 + i)) "; done
+  MH_SLURM_DIR=$dir
+  K3_SLURM_HOSTS=$hosts K3_SLURM_CTLD_ADDR=10.213.$MH_SLOT.1 K3_SLURM_CPUS=$cpus \
+    "$mh_dir/../slurm/cluster.sh" start "$dir" || { mh_fail "the Slurm cluster in $dir did not start"; return 1; }
+  # shellcheck source=/dev/null
+  source "$dir/env.sh"
+}
+
 mh_pids() { ip netns pids "$1" 2>/dev/null; }
 
 mh_cut() { ip link set "k3v${MH_SLOT}n${1##*n}" down; }
@@ -162,6 +176,10 @@ mh_down_names() {
 
 mh_down() {
   [[ -n $MH_SLOT ]] || return 0
+  if [[ -n $MH_SLURM_DIR ]]; then
+    K3_SLURM_HOSTS="${MH_HOSTS[*]/%/=0}" K3_SLURM_CTLD_ADDR=0 "$mh_dir/../slurm/cluster.sh" kill "$MH_SLURM_DIR" || true
+    MH_SLURM_DIR=""
+  fi
   # mpirun runs outside the namespaces; it names this fixture's hostfile on its command line.
   [[ -z $MH_HOSTFILE ]] || pkill -KILL -f -- "$MH_HOSTFILE" 2>/dev/null || true
   mh_down_names "$MH_SLOT"

@@ -9,6 +9,10 @@
 #   lost_host_kill    a host's processes (daemon and ranks) killed mid-run, under the wrapper
 #   lost_host_stop    a host's ranks stopped (SIGSTOP) mid-run, under the wrapper
 #   bare_mpirun_cut   a host's link cut under a bare mpirun: every rank ends on its own, status true
+#   slurm_lost_host_cut, slurm_lost_host_kill, slurm_lost_host_stop
+#                     the same faults under jobs/slurm/nightly-gsm8k.sbatch on a Slurm cluster whose
+#                     nodes are the hosts (srun --mpi=pmix across them); the cut run is resumed
+#                     by a second sbatch
 # A lost host must end the job on every host within --collective-timeout + 15 s (nothing left: no
 # k3eval, orted or mpirun), exit 3, a status naming the host, its ranks, the collective and the
 # step, every finished question kept, and --resume on all hosts must finish it with the tokens of
@@ -182,6 +186,86 @@ case $case_name in
     [[ $(wc -l <"$work/resumed.facts") -eq 40 ]] || fail "resumed run has $(wc -l <"$work/resumed.facts") questions"
     cmp -s "$work/whole.facts" "$work/resumed.facts" ||
       fail "resumed tokens differ from the uninterrupted run's: $(diff "$work/whole.facts" "$work/resumed.facts" | head -4)"
+    ;;
+  slurm_lost_host_cut | slurm_lost_host_kill | slurm_lost_host_stop)
+    fault=${case_name##*_}
+    if [[ $fault == cut ]]; then
+      mkdir -p "$work/whole"
+      timeout 300 mpirun --oversubscribe -np 8 "$k3eval" "${quickstart[@]}" "${lost_args[@]}" \
+        --artifacts-dir "$work/whole" >"$work/whole.out" 2>"$work/whole.err" ||
+        fail "uninterrupted run: $(tail -3 "$work/whole.err")"
+    fi
+    # Nothing from an enclosing allocation may leak into the submission.
+    while read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(SLURM_|SBATCH_|SALLOC_|SRUN_)')
+    export PATH=/usr/sbin:$PATH
+    run_dir=$work/run
+    # submit_nightly ARGS...: the nightly sbatch script as the quickstart's job on both nodes;
+    # sets $job.
+    submit_nightly() {
+      job=$(cd "$work" && K3_GOLDEN=0 K3_CONFIG=$repo/jobs/configs/quickstart.ini K3_ARTIFACTS_DIR=$run_dir \
+        K3EVAL=$k3eval sbatch --parsable -N 2 -n 8 --ntasks-per-node=4 --time=5 \
+        "$repo/jobs/slurm/nightly-gsm8k.sbatch" "${quickstart[@]:2}" "${lost_args[@]}" "$@" 2>"$work/sbatch.err")
+      job=${job%%;*}
+      [[ $job =~ ^[0-9]+$ ]] || { fail "sbatch failed: $(cat "$work/sbatch.err")"; finish; }
+    }
+    # ended: the sbatch script's wrapper has recorded the end (a node cut off keeps the Slurm
+    # job COMPLETING until SlurmdTimeout, which is Slurm's bookkeeping, not the job).
+    ended() { grep -q '^exit_code:' "$run_dir/job.txt" 2>/dev/null; }
+    mh_up 2 || { fail "the multi-host fixture could not start (see above)"; finish; }
+    mh_slurm_up "$work/cluster" 4 || { fail "the Slurm cluster could not start (see above)"; finish; }
+    lost=${MH_HOSTS[1]}
+    submit_nightly
+    for ((i = 0; i < 1200; i++)); do
+      [[ -f $run_dir/questions.jsonl && $(wc -l <"$run_dir/questions.jsonl") -ge 3 ]] && break
+      ended && break
+      sleep 0.1
+    done
+    kept_at_fault=$(wc -l <"$run_dir/questions.jsonl" 2>/dev/null || echo 0)
+    [[ $kept_at_fault -ge 3 && $kept_at_fault -lt 40 ]] ||
+      fail "no fault injected: $kept_at_fault questions finished; $(tail -3 "$work"/*.out)"
+    fault_at=$(date +%s)
+    case $fault in
+      cut) mh_cut "$lost" ;;
+      kill) mh_kill "$lost" ;;
+      stop) mh_stop "$lost" ;;
+    esac
+    deadline=$((fault_at + timeout_s + 15))
+    while [[ $(date +%s) -le $deadline ]]; do
+      ended && [[ -z $(mh_ranks_alive) ]] && break
+      sleep 0.5
+    done
+    ended_after=$(($(date +%s) - fault_at))
+    ended || fail "the sbatch script still runs $ended_after s after the fault (--collective-timeout $timeout_s)"
+    left=$(mh_ranks_alive)
+    [[ -z $left ]] || fail "k3eval ranks still alive $ended_after s after the fault: $left"
+    [[ -z $(pgrep -f -- "srun .*--artifacts-dir $run_dir") ]] || fail "srun still runs after the job ended"
+    grep -qx 'exit_code: 3' "$run_dir/job.txt" || fail "job.txt: $(cat "$run_dir/job.txt")"
+    echo "$case_name: the job ended $ended_after s after the fault" >&2
+    status=$(cat "$run_dir/status")
+    [[ $(head -n1 <<<"$status") == failed ]] || fail "status: $status"
+    grep -qE "host $lost \(ranks (4-7|\{4\.\.7\})" <<<"$status" || fail "status names no lost host and its ranks: $status"
+    grep -qE ' over (world|attn-tp|moe-ep|tp|attn-dp|node)' <<<"$status" || fail "status names no collective: $status"
+    grep -qE 'step [0-9]+' <<<"$status" || fail "status names no step: $status"
+    echo "status: $status" >&2
+    kept=$(wc -l <"$run_dir/questions.jsonl")
+    [[ $kept -ge $kept_at_fault ]] || fail "kept $kept questions, $kept_at_fault were finished at the fault"
+    [[ $(grep -c '}$' "$run_dir/questions.jsonl") -eq $kept ]] || fail "a cut line in questions.jsonl"
+    if [[ $fault == cut ]]; then
+      # --resume by a second submission on both nodes completes the run with the uninterrupted
+      # run's tokens.
+      mh_down
+      mh_up 2 || { fail "the multi-host fixture could not start again"; finish; }
+      mh_slurm_up "$work/cluster" 4 || { fail "the Slurm cluster could not start again"; finish; }
+      rm -f "$run_dir/job.txt"
+      submit_nightly --resume
+      for ((i = 0; i < 600; i++)); do ended && break; sleep 0.5; done
+      grep -qx 'exit_code: 0' "$run_dir/job.txt" || fail "--resume: $(cat "$run_dir/job.txt"; tail -5 "$work"/*"$job".out)"
+      facts "$work/whole/questions.jsonl" >"$work/whole.facts"
+      facts "$run_dir/questions.jsonl" >"$work/resumed.facts"
+      [[ $(wc -l <"$work/resumed.facts") -eq 40 ]] || fail "resumed run has $(wc -l <"$work/resumed.facts") questions"
+      cmp -s "$work/whole.facts" "$work/resumed.facts" ||
+        fail "resumed tokens differ from the uninterrupted run's: $(diff "$work/whole.facts" "$work/resumed.facts" | head -4)"
+    fi
     ;;
   *)
     fail "unknown case"

@@ -1,33 +1,54 @@
 #!/usr/bin/env bash
-# A real single-host Slurm (munged, slurmctld, one slurmd) in a private directory, for the tests
+# A real Slurm (munged, slurmctld, one slurmd per node) in a private directory, for the tests
 # of jobs/slurm/. No systemd: the daemons are started directly, with their own munge key and
 # socket, their own ports, state, pid files, logs and TmpFS under DIR, so they never touch
-# /etc/slurm, /etc/munge or another Slurm on the same host. The one node declares 64 CPUs
-# (SlurmdParameters=config_overrides), so jobs of up to 64 tasks run oversubscribed.
+# /etc/slurm, /etc/munge or another Slurm on the same host. By default one node, this host,
+# declares 64 CPUs (SlurmdParameters=config_overrides), so jobs of up to 64 tasks run
+# oversubscribed. With K3_SLURM_HOSTS it spans the hosts of tests/multihost/fixture.sh instead.
 #
-# Usage: tests/slurm/cluster.sh start|stop|status [DIR]
+# Usage: tests/slurm/cluster.sh start|stop|kill|status [DIR]
 #   DIR defaults to $K3_SLURM_DIR, else build/slurm-cluster in the repository.
 #   start   stops whatever a previous run left in DIR, then starts a fresh cluster (new state,
-#           random first job id) and waits until `sinfo` shows the node idle.
+#           random first job id) and waits until `sinfo` shows every node idle.
 #   stop    cancels the cluster's jobs, shuts the daemons down and waits until they are gone.
 #           Idempotent: a stopped or half-started cluster is fine.
-#   status  prints the daemons and `sinfo`; exit 0 if the node is up, 3 otherwise.
+#   kill    stops the daemons at once, without cancelling jobs first (a node whose host was
+#           cut off keeps its job completing until SlurmdTimeout).
+#   status  prints the daemons and `sinfo`; exit 0 if every node is up, 3 otherwise.
 # Clients need SLURM_CONF: `source DIR/env.sh` after start.
 # K3_SLURM_PORT=P uses ports P (slurmctld) and P+1 (slurmd) instead of probing for free ones.
+# K3_SLURM_HOSTS="HOST=ADDR ..." makes one node per host of tests/multihost/fixture.sh: its slurmd
+#   runs in the host's network namespace under the host's name and is reached at ADDR;
+#   slurmctld (on this host) listens where the hosts reach it, K3_SLURM_CTLD_ADDR (the bridge's
+#   address). K3_SLURM_CPUS=N declares N CPUs per node (default 64).
 set -euo pipefail
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cmd=${1:-}
 dir=${2:-${K3_SLURM_DIR:-$root/build/slurm-cluster}}
-node=k3node0
-cpus=64
+cpus=${K3_SLURM_CPUS:-64}
+# The nodes, their addresses and whether each lives in a network namespace of its name.
+nodes=(k3node0)
+addrs=(127.0.0.1)
+in_netns=0
+ctld_addr=127.0.0.1
+if [[ -n ${K3_SLURM_HOSTS:-} ]]; then
+  nodes=()
+  addrs=()
+  for pair in $K3_SLURM_HOSTS; do
+    nodes+=("${pair%%=*}")
+    addrs+=("${pair#*=}")
+  done
+  in_netns=1
+  ctld_addr=${K3_SLURM_CTLD_ADDR:?K3_SLURM_HOSTS needs K3_SLURM_CTLD_ADDR}
+fi
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 log() { echo "cluster.sh: $*" >&2; }
 
-[[ $cmd == start || $cmd == stop || $cmd == status ]] || {
-  sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+[[ $cmd == start || $cmd == stop || $cmd == kill || $cmd == status ]] || {
+  sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 mkdir -p "$dir"
@@ -54,7 +75,7 @@ running() {
   [[ -n $state && $state != Z ]]
 }
 
-# alive NAME: prints the pid of NAME (munged, slurmctld, slurmd) if it runs and was started on
+# alive NAME: prints the pid of NAME (munged, slurmctld, slurmd-NODE) if it runs and was started on
 # this cluster's files. slurmctld drops its pid file early in a shutdown: wait on pids, not files.
 alive() {
   local pid file=$dir/run/$1.pid
@@ -102,17 +123,25 @@ no_stepds() { [[ -z $(stepds "$@") ]]; }
 
 no_jobs() { [[ -z $(squeue -h -o %i 2>/dev/null) ]]; }
 ctld_up() { scontrol ping 2>/dev/null | grep -q 'is UP'; }
-node_state() { sinfo -h -n "$node" -o %T 2>/dev/null | head -1; }
-node_idle() { [[ $(node_state) == idle ]]; }
+# node_state NODE; nodes_idle: every node idle; node_states: "NODE STATE" lines.
+node_state() { sinfo -h -n "$1" -o %T 2>/dev/null | head -1; }
+nodes_idle() {
+  local n
+  for n in "${nodes[@]}"; do [[ $(node_state "$n") == idle ]] || return 1; done
+}
+node_states() { sinfo -h -N -o '%N %T' 2>/dev/null | tr '\n' ';'; }
 # await SECONDS NAME COMMAND...: like wait_until, but gives up (dies) as soon as the log of
-# daemon NAME shows that it cannot run (a port in use, a bad config).
+# daemon NAME (a glob: slurmd-* for every slurmd) shows that it cannot run (a port in use, a bad
+# config).
 await() {
-  local deadline=$((SECONDS + $1)) name=$2
+  local deadline=$((SECONDS + $1)) name=$2 log
   shift 2
   until "$@"; do
-    if grep -qE 'fatal:|Unable to bind listen port' "$dir/log/$name.log" 2>/dev/null; then
-      die "$name failed: $(tail -5 "$dir/log/$name.log")"
-    fi
+    for log in "$dir"/log/$name.log; do
+      if grep -qE 'fatal:|Unable to bind listen port' "$log" 2>/dev/null; then
+        die "$(basename "$log" .log) failed: $(tail -5 "$log")"
+      fi
+    done
     ((SECONDS < deadline)) || return 1
     sleep 0.2
   done
@@ -145,12 +174,12 @@ pick_ports() {
 }
 
 write_conf() {
-  local port=$1 host
+  local port=$1 host i
   host=$(hostname -s)
   cat >"$conf" <<EOF
 # Generated by tests/slurm/cluster.sh: a private single-host cluster in $dir.
 ClusterName=k3test
-SlurmctldHost=$host(127.0.0.1)
+SlurmctldHost=$host($ctld_addr)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -165,12 +194,12 @@ SlurmctldPort=$port
 SlurmdPort=$((port + 1))
 FirstJobId=$((100000 + (RANDOM * 32768 + RANDOM) % 30000000))
 StateSaveLocation=$base/state/ctld
-SlurmdSpoolDir=$base/state/d
+SlurmdSpoolDir=$base/state/d/%n
 TmpFS=$base/tmp
 SlurmctldPidFile=$base/run/slurmctld.pid
-SlurmdPidFile=$base/run/slurmd.pid
+SlurmdPidFile=$base/run/slurmd-%n.pid
 SlurmctldLogFile=$base/log/slurmctld.log
-SlurmdLogFile=$base/log/slurmd.log
+SlurmdLogFile=$base/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 SwitchType=switch/none
@@ -181,7 +210,10 @@ SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
-NodeName=$node NodeHostname=$host NodeAddr=127.0.0.1 CPUs=$cpus Boards=1 SocketsPerBoard=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=16000 State=UNKNOWN
+$(for ((i = 0; i < ${#nodes[@]}; i++)); do
+    [[ $in_netns -eq 1 ]] && host=${nodes[i]}
+    echo "NodeName=${nodes[i]} NodeHostname=$host NodeAddr=${addrs[i]} CPUs=$cpus Boards=1 SocketsPerBoard=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=16000 State=UNKNOWN"
+  done)
 PartitionName=k3 Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 InactiveLimit=0
 KillWait=10
@@ -209,12 +241,14 @@ kill_pid() {
 
 stop() {
   [[ $base == "$dir" ]] || ln -sfn "$dir" "$base"
-  local ctld slurmd munged jobs ids pids
+  local ctld slurmds=() munged jobs ids pids n pid
   ctld=$(alive slurmctld) || ctld=
-  slurmd=$(alive slurmd) || slurmd=
+  for n in "${nodes[@]}"; do
+    if pid=$(alive "slurmd-$n"); then slurmds+=("$pid"); fi
+  done
   munged=$(alive munged) || munged=
   export SLURM_CONF=$conf
-  if [[ -n $ctld && -f $conf ]] && ctld_up; then
+  if [[ $cmd != kill && -n $ctld && -f $conf ]] && ctld_up; then
     mapfile -t jobs < <(squeue -h -o %i 2>/dev/null)
     if [[ ${#jobs[@]} -gt 0 ]]; then
       log "cancelling jobs ${jobs[*]}"
@@ -230,16 +264,16 @@ stop() {
       kill -KILL "${pids[@]}" 2>/dev/null || true
     fi
     scontrol shutdown >/dev/null 2>&1 || true
-    wait_until 30 gone "$ctld" "$slurmd" || log "daemons still up 30 s after 'scontrol shutdown'"
+    wait_until 30 gone "$ctld" "${slurmds[@]}" || log "daemons still up 30 s after 'scontrol shutdown'"
   fi
-  [[ -z $slurmd ]] || kill_pid slurmd "$slurmd"
+  for pid in "${slurmds[@]}"; do kill_pid slurmd "$pid"; done
   [[ -z $ctld ]] || kill_pid slurmctld "$ctld"
   if [[ -n $munged ]] && running "$munged"; then
     munged --stop --socket="$socket" >/dev/null 2>&1 || true
     wait_until 10 gone "$munged" || kill_pid munged "$munged"
   fi
   [[ $base == "$dir" ]] || rm -f "$base"
-  gone "$ctld" "$slurmd" "$munged" || die "could not stop the daemons in $dir"
+  gone "$ctld" "${slurmds[@]}" "$munged" || die "could not stop the daemons in $dir"
   rm -rf "$sockdir"
 }
 
@@ -256,8 +290,9 @@ start() {
   # Fresh state every start: no old jobs, nodes or job ids.
   rm -rf "${dir:?}"/{state,tmp,run,log,etc,munge}
   mkdir -p "$dir"/{state/ctld,state/d,tmp,run,log,etc,munge}
+  for n in "${nodes[@]}"; do mkdir -p "$dir/state/d/$n"; done
   mkdir -p -m 755 "$sockdir"
-  local port
+  local port n
   port=$(pick_ports)
   write_conf "$port"
   export SLURM_CONF=$conf
@@ -270,28 +305,44 @@ start() {
 
   slurmctld -f "$conf" || die "slurmctld failed to start: $(tail -5 "$dir/log/slurmctld.log")"
   await 30 slurmctld ctld_up || die "slurmctld not UP after 30 s: $(tail -5 "$dir/log/slurmctld.log")"
-  slurmd -f "$conf" -N "$node" || die "slurmd failed to start: $(tail -5 "$dir/log/slurmd.log")"
-  if ! await 60 slurmd node_idle; then
-    log "node $node is '$(node_state)' after 60 s; resuming it"
-    scontrol update nodename="$node" state=resume 2>/dev/null || true
-    await 20 slurmd node_idle || die "node $node is '$(node_state)', not idle: $(tail -5 "$dir/log/slurmd.log")"
+  for n in "${nodes[@]}"; do
+    if [[ $in_netns -eq 1 ]]; then
+      # The node's slurmd (and the step daemons and tasks it starts) in the host's network
+      # namespace, under the host's name, as tests/multihost/agent.sh starts Open MPI's daemons.
+      # nsenter, not `ip netns exec`: that one mounts a /sys of its own, without the cgroup
+      # file systems slurmd reads. Each node gets a TmpFS of its own (PMIx keeps per-step
+      # directories there under names that would collide), mounted over the common path.
+      mkdir -p "$dir/tmp/$n"
+      nsenter --net="/run/netns/$n" unshare --uts --mount --propagation private /bin/sh -c \
+        'hostname "$0" && mount --bind "$2/$0" "$2" && exec slurmd -f "$1" -N "$0"' "$n" "$conf" "$base/tmp"
+    else
+      slurmd -f "$conf" -N "$n"
+    fi || die "slurmd of $n failed to start: $(tail -5 "$dir/log/slurmd-$n.log")"
+  done
+  if ! await 60 'slurmd-*' nodes_idle; then
+    log "nodes not all idle after 60 s ($(node_states)); resuming them"
+    scontrol update nodename="$(IFS=,; echo "${nodes[*]}")" state=resume 2>/dev/null || true
+    await 20 'slurmd-*' nodes_idle || die "nodes not all idle: $(node_states) $(tail -5 "$dir"/log/slurmd-*.log)"
   fi
   trap - EXIT
-  log "up in $dir (ports $port/$((port + 1)), $cpus CPUs on $node); source $dir/env.sh"
+  log "up in $dir (ports $port/$((port + 1)), $cpus CPUs on each of ${nodes[*]}); source $dir/env.sh"
 }
 
 status() {
-  local name pid rc=0
-  for name in munged slurmctld slurmd; do
+  local name pid rc=0 n
+  for name in munged slurmctld "${nodes[@]/#/slurmd-}"; do
     if pid=$(alive "$name"); then echo "$name: running (pid $pid)"; else echo "$name: stopped"; rc=3; fi
   done
   if [[ $rc -eq 0 ]]; then
     export SLURM_CONF=$conf
     sinfo -N -o '%N %T %c' || rc=3
     squeue || true
-    [[ $(node_state) =~ ^(idle|mixed|allocated)$ ]] || rc=3
+    for n in "${nodes[@]}"; do [[ $(node_state "$n") =~ ^(idle|mixed|allocated)$ ]] || rc=3; done
   fi
   return $rc
 }
 
-"$cmd"
+case $cmd in
+  kill) stop ;;
+  *) "$cmd" ;;
+esac
