@@ -4,7 +4,7 @@
 //   - model/parameters.cpp fills a `ModelWeights<ParamSpec>` (kimi_k3_definition): the only place
 //     a logical tensor name, shape and split rule is written;
 //   - the parameter table (kimi_k3_parameters), binding, plan, loader and audit walk it flat;
-//   - the engine and the reference get a `ModelWeights<const Weight*>` (model/weights.h,
+//   - the engine and the reference get a `ModelWeights<const Weight*>` (model/load/weights.h,
 //     weight_tree) and read `layer.mla->q_b_proj` instead of spelling names again.
 // A field that a configuration does not have (an MLA block in a KDA layer, the shared experts
 // of a model without them) is a disengaged std::optional. The DSpark drafter has its own tree

@@ -16,12 +16,12 @@
 #include <fmt/format.h>
 
 #include "apps/common/layout_options.h"
-#include "model/binding.h"
-#include "model/pipeline.h"
-#include "model/checkpoint.h"
-#include "model/load_plan.h"
-#include "model/synth.h"
-#include "model/tokenizer_files.h"
+#include "model/load/binding.h"
+#include "model/load/pipeline.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/load/load_plan.h"
+#include "model/synth/synth.h"
+#include "model/checkpoint/tokenizer_files.h"
 #include "common/error.h"
 
 namespace {

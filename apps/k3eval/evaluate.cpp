@@ -35,7 +35,7 @@
 #include "model/engine/dspark.h"
 #include "eval/throughput.h"
 #include "model/engine/engine.h"
-#include "model/tokenizer_files.h"
+#include "model/checkpoint/tokenizer_files.h"
 
 namespace k3::apps {
 

@@ -10,7 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "dist/collectives.h"
-#include "model/format.h"
+#include "model/checkpoint/format.h"
 
 namespace k3::apps {
 

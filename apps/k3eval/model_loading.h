@@ -9,7 +9,7 @@
 #include "apps/k3eval/options.h"
 #include "dist/groups.h"
 #include "dist/runtime.h"
-#include "model/pipeline.h"
+#include "model/load/preflight.h"
 
 namespace k3::apps {
 

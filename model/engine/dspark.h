@@ -27,7 +27,7 @@
 #include "model/config.h"
 #include "model/engine/engine.h"
 #include "model/engine/generator.h"
-#include "model/weights.h"
+#include "model/load/weights.h"
 
 namespace k3::model::engine {
 

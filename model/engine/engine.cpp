@@ -9,7 +9,7 @@
 #include "dist/traffic.h"
 #include "model/engine/engine_impl.h"
 #include "model/engine/ops.h"
-#include "model/file.h"
+#include "model/checkpoint/file.h"
 #include "quant/reference.h"
 
 namespace k3::model::engine {

@@ -24,7 +24,7 @@
 
 #include "dist/groups.h"
 #include "model/config.h"
-#include "model/weights.h"
+#include "model/load/weights.h"
 
 namespace k3::model::engine {
 

@@ -7,12 +7,12 @@
 
 #include "common/error.h"
 #include "dist/layout.h"
-#include "model/binding.h"
-#include "model/checkpoint.h"
-#include "model/load_plan.h"
-#include "model/loader.h"
+#include "model/load/binding.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/load/load_plan.h"
+#include "model/load/loader.h"
 #include "model/parameters.h"
-#include "model/pipeline.h"
+#include "model/load/pipeline.h"
 #include "quant/reference.h"
 
 namespace k3::model {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "model/config.h"
-#include "model/weights.h"
+#include "model/load/weights.h"
 #include "quant/types.h"
 
 namespace k3::model {

@@ -8,9 +8,9 @@
 #include <unordered_map>
 
 #include "common/error.h"
-#include "model/checkpoint.h"
-#include "model/gguf.h"
-#include "model/tokenizer_files.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/checkpoint/gguf.h"
+#include "model/checkpoint/tokenizer_files.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   k3::model::GgufFile file;

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-#include "model/checkpoint.h"
+#include "model/checkpoint/checkpoint.h"
 #include "common/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <span>
 
-#include "model/safetensors.h"
+#include "model/checkpoint/safetensors.h"
 #include "common/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

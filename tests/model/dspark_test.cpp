@@ -15,15 +15,15 @@
 #include <vector>
 
 #include "common/error.h"
-#include "model/checkpoint.h"
+#include "model/checkpoint/checkpoint.h"
 #include "model/config.h"
-#include "model/load_plan.h"
-#include "model/loader.h"
+#include "model/load/load_plan.h"
+#include "model/load/loader.h"
 #include "model/parameters.h"
-#include "model/pipeline.h"
-#include "model/synth.h"
-#include "model/weights.h"
-#include "model/wire.h"
+#include "model/load/pipeline.h"
+#include "model/synth/synth.h"
+#include "model/load/weights.h"
+#include "model/load/wire.h"
 #include "quant/fp.h"
 #include "tests/model/test_dirs.h"
 

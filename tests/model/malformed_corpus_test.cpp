@@ -22,9 +22,9 @@
 
 #include "common/error.h"
 #include "dist/layout.h"
-#include "model/checkpoint.h"
-#include "model/gguf.h"
-#include "model/pipeline.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/checkpoint/gguf.h"
+#include "model/load/pipeline.h"
 #include "tests/model/checkpoint_edits.h"
 #include "tests/model/test_dirs.h"
 

@@ -5,11 +5,11 @@
 #include <cstring>
 #include <fstream>
 
-#include "model/checkpoint.h"
+#include "model/checkpoint/checkpoint.h"
 #include "model/config.h"
-#include "model/file.h"
-#include "model/gguf.h"
-#include "model/safetensors.h"
+#include "model/checkpoint/file.h"
+#include "model/checkpoint/gguf.h"
+#include "model/checkpoint/safetensors.h"
 #include "common/error.h"
 #include "tests/model/test_dirs.h"
 

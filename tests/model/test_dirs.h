@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <string>
 
-#include "model/format.h"
-#include "model/synth.h"
+#include "model/checkpoint/format.h"
+#include "model/synth/synth.h"
 
 namespace k3::test {
 

@@ -10,7 +10,7 @@
 // (quant::repack_vnni), read through the same rotation.
 //
 // Memory: the copies are ordinary heap vectors on 4 KiB pages, as the engine's loader keeps its
-// weights (model/bytes.h) and as ggml's CPU and AMX buffer types allocate (posix_memalign, no
+// weights (model/load/bytes.h) and as ggml's CPU and AMX buffer types allocate (posix_memalign, no
 // madvise). GLIBC_TUNABLES=glibc.malloc.hugetlb=1 puts them on transparent huge pages instead
 // (needs THP "madvise" or "always"; check AnonHugePages in /proc/meminfo), for either binary.
 // With --benchmark_repetitions=N the "_min" row has the best repetition's time (what a peer

@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "dist/groups.h"
-#include "model/binding.h"
-#include "model/checkpoint.h"
+#include "model/load/binding.h"
+#include "model/checkpoint/checkpoint.h"
 #include "model/engine/engine.h"
 #include "model/engine/generator.h"
-#include "model/load_plan.h"
-#include "model/loader.h"
+#include "model/load/load_plan.h"
+#include "model/load/loader.h"
 #include "model/parameters.h"
 
 namespace k3::test {

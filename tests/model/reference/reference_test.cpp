@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "model/reference/forward.h"
-#include "model/synth.h"
-#include "model/tokenizer_files.h"
+#include "model/synth/synth.h"
+#include "model/checkpoint/tokenizer_files.h"
 #include "tests/model/test_dirs.h"
 
 namespace k3::model {

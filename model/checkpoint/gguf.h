@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "model/safetensors.h"  // TensorEntry
+#include "model/checkpoint/safetensors.h"  // TensorEntry
 
 namespace k3::model {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "model/config.h"
-#include "model/format.h"
+#include "model/checkpoint/format.h"
 
 namespace k3::model {
 

@@ -1,8 +1,7 @@
-#include "model/pipeline.h"
+#include "model/load/preflight.h"
 
 #include <algorithm>
 #include <chrono>
-#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -10,32 +9,13 @@
 #include "common/fan_out.h"
 #include "common/wire.h"
 #include "dist/collectives.h"
-#include "model/parameters.h"
-#include "model/tokenizer_files.h"
-#include "model/wire.h"
+#include "model/load/wire.h"
 
 namespace k3::model {
 
 namespace {
 
 constexpr int kPlanningRank = 0;
-
-// The tokenizer is part of a main-model checkpoint: it must parse and its ids must fit
-// vocab_size before any tensor data is read (a draft uses its target's).
-void check_tokenizer(const std::filesystem::path& path, const Checkpoint& checkpoint) {
-  if (!checkpoint.format().has(Capability::kDraftModel)) open_tokenizer(path, checkpoint.config());
-}
-
-std::string join_problems(const std::string& what, const std::vector<std::string>& problems) {
-  std::string text = std::to_string(problems.size()) + " " + what + ":";
-  for (std::size_t i = 0; i < problems.size() && i < 20; ++i) text += "\n  " + problems[i];
-  if (problems.size() > 20) text += "\n  ... and " + std::to_string(problems.size() - 20) + " more";
-  return text;
-}
-
-CheckpointFigures figures_of(const Checkpoint& checkpoint) {
-  return {checkpoint.files().size(), checkpoint.tensors().size(), checkpoint.tensor_bytes()};
-}
 
 void encode(WireWriter& out, const CheckpointFigures& f) {
   out.put(f.files);
@@ -48,59 +28,11 @@ void decode(WireReader& in, CheckpointFigures& f) {
   in.get(f.bytes);
 }
 
-// Every rank's plan, encoded, in rank order. The planning rank runs this while all other ranks
-// wait for it, so it takes the cores of its node (common/fan_out.h).
-std::vector<std::string> encode_plans(const Checkpoint& checkpoint, const BindResult& bound,
-                                      const dist::Layout& layout) {
-  std::vector<std::string> encoded(static_cast<std::size_t>(layout.world()));
-  fan_out(encoded.size(), [&](std::size_t begin, std::size_t end) {
-    for (std::size_t r = begin; r < end; ++r) {
-      encoded[r] = to_wire(make_load_plan(checkpoint, bound.bindings, layout, static_cast<int>(r)));
-    }
-  });
-  return encoded;
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace
-
-BindResult bind_for_layout(const Checkpoint& checkpoint, const dist::Layout& layout) {
-  BindResult bound = bind_parameters(checkpoint, kimi_k3_parameters(checkpoint.config(), layout));
-  if (!bound.problems.empty()) {
-    throw InputError(
-        checkpoint.root() + ": " +
-        join_problems("problem(s) found before reading any tensor data", bound.problems));
-  }
-  return bound;
-}
-
-JobPlan plan_job(const std::filesystem::path& path, std::optional<FormatKind> load_format,
-                 const dist::Layout& layout, const std::function<void(const Checkpoint&)>& checks) {
-  Checkpoint checkpoint = Checkpoint::open(path, load_format);
-  if (checks) checks(checkpoint);
-  check_tokenizer(path, checkpoint);
-  BindResult bound = bind_for_layout(checkpoint, layout);
-  return {std::move(checkpoint), std::move(bound)};
-}
-
-LoadResult load_rank(const JobPlan& job, const dist::Layout& layout, int rank) {
-  const LoadPlan plan = make_load_plan(job.checkpoint, job.bound.bindings, layout, rank);
-  LoadResult result = load(job.checkpoint, plan);
-  const auto problems = audit(job.checkpoint, plan, result.weights);
-  if (!problems.empty())
-    throw InputError(join_problems("audit problem(s) after loading", problems));
-  return result;
-}
-
-RankShare share_of(const LoadPlan& plan) {
-  RankShare s;
-  s.bytes = plan.bytes;
-  s.files = plan.files.size();
-  return s;
-}
 
 Preflight preflight(dist::Runtime& runtime, const dist::Layout& layout,
                     const PreflightOptions& options) {
@@ -267,7 +199,7 @@ LoadResult load_slice(dist::Runtime& runtime, const Preflight& preflight,
     result.emplace(load(*preflight.checkpoint, preflight.plan, progress));
     const auto problems = audit(*preflight.checkpoint, preflight.plan, result->weights);
     if (!problems.empty())
-      throw InputError(join_problems("audit problem(s) after loading", problems));
+      throw InputError(problems_text("audit problem(s) after loading", problems));
   });
   return std::move(*result);
 }

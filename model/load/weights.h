@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "model/bytes.h"
+#include "model/load/bytes.h"
 #include "model/parameters.h"
 #include "quant/types.h"
 

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "model/config.h"
-#include "model/format.h"
-#include "model/gguf.h"
-#include "model/packed_names.h"
-#include "model/safetensors.h"
+#include "model/checkpoint/format.h"
+#include "model/checkpoint/gguf.h"
+#include "model/checkpoint/packed_names.h"
+#include "model/checkpoint/safetensors.h"
 
 namespace k3::model {
 
@@ -50,7 +50,7 @@ struct ShardHeader {
 };
 
 // A checkpoint is opened in three stages, so that a job can spread the middle one over its
-// ranks (model/pipeline.h): discover() reads the small files (format, file list, config.json,
+// ranks (model/load/preflight.h): discover() reads the small files (format, file list, config.json,
 // the ModelSlim description, the index), read_shard_header() one file's header, and
 // add_headers() joins the headers into the tensor index and runs every check that spans files.
 // open() does all three in this process.

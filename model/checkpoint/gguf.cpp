@@ -1,10 +1,10 @@
-#include "model/gguf.h"
+#include "model/checkpoint/gguf.h"
 
 #include <algorithm>
 #include <cstring>
 #include <set>
 
-#include "model/file.h"
+#include "model/checkpoint/file.h"
 #include "common/error.h"
 
 namespace k3::model {

@@ -1,4 +1,4 @@
-#include "model/format.h"
+#include "model/checkpoint/format.h"
 
 namespace k3::model {
 

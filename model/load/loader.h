@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "model/load_plan.h"
-#include "model/weights.h"
+#include "model/load/load_plan.h"
+#include "model/load/weights.h"
 
 namespace k3::model {
 

@@ -1,4 +1,4 @@
-#include "model/checkpoint.h"
+#include "model/checkpoint/checkpoint.h"
 
 #include <oneapi/tbb/parallel_for.h>
 
@@ -14,7 +14,7 @@
 #include "common/regex.h"
 #include "common/json.h"
 #include "common/large_json.h"
-#include "model/file.h"
+#include "model/checkpoint/file.h"
 
 namespace k3::model {
 

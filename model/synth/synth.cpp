@@ -1,4 +1,4 @@
-#include "model/synth.h"
+#include "model/synth/synth.h"
 
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
@@ -11,11 +11,11 @@
 
 #include "common/error.h"
 #include "common/json.h"
-#include "model/binding.h"
-#include "model/gguf.h"
+#include "model/load/binding.h"
+#include "model/checkpoint/gguf.h"
 #include "model/parameters.h"
-#include "model/safetensors.h"
-#include "model/stored_names.h"
+#include "model/checkpoint/safetensors.h"
+#include "model/checkpoint/stored_names.h"
 #include "model/tokenizer/bpe_trainer.h"
 #include "model/tokenizer/gguf_vocab.h"
 #include "quant/fp.h"

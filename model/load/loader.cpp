@@ -1,4 +1,4 @@
-#include "model/loader.h"
+#include "model/load/loader.h"
 
 #include <oneapi/tbb/parallel_for.h>
 
@@ -12,7 +12,7 @@
 #include <optional>
 
 #include "common/error.h"
-#include "model/file.h"
+#include "model/checkpoint/file.h"
 #include "quant/types.h"
 
 namespace k3::model {

@@ -1,4 +1,4 @@
-#include "model/wire.h"
+#include "model/load/wire.h"
 
 #include <concepts>
 #include <type_traits>

@@ -1,4 +1,4 @@
-#include "model/safetensors.h"
+#include "model/checkpoint/safetensors.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 #include "common/large_json.h"
-#include "model/file.h"
+#include "model/checkpoint/file.h"
 
 namespace k3::model {
 

@@ -1,4 +1,4 @@
-#include "model/dtype.h"
+#include "model/checkpoint/dtype.h"
 
 #include <array>
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "dist/layout.h"
-#include "model/binding.h"
+#include "model/load/binding.h"
 
 namespace k3::model {
 

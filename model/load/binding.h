@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/checkpoint.h"
+#include "model/checkpoint/checkpoint.h"
 #include "model/parameters.h"
 #include "quant/types.h"
 

@@ -1,4 +1,4 @@
-#include "model/file.h"
+#include "model/checkpoint/file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -5,8 +5,8 @@
 
 #include "common/wire.h"
 #include "model/config.h"
-#include "model/load_plan.h"
-#include "model/safetensors.h"
+#include "model/load/load_plan.h"
+#include "model/checkpoint/safetensors.h"
 
 namespace k3::model {
 

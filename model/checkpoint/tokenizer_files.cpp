@@ -1,8 +1,8 @@
-#include "model/tokenizer_files.h"
+#include "model/checkpoint/tokenizer_files.h"
 
 #include <algorithm>
 
-#include "model/checkpoint.h"
+#include "model/checkpoint/checkpoint.h"
 #include "common/error.h"
 
 namespace k3::model {

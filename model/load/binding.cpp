@@ -1,4 +1,4 @@
-#include "model/binding.h"
+#include "model/load/binding.h"
 
 #include <algorithm>
 #include <atomic>
@@ -8,7 +8,7 @@
 #include "common/error.h"
 #include "common/fan_out.h"
 #include "common/regex.h"
-#include "model/stored_names.h"
+#include "model/checkpoint/stored_names.h"
 
 namespace k3::model {
 

@@ -1,4 +1,4 @@
-#include "model/load_plan.h"
+#include "model/load/load_plan.h"
 
 #include <algorithm>
 #include <set>

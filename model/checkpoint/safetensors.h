@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "model/dtype.h"
+#include "model/checkpoint/dtype.h"
 
 namespace k3::model {
 

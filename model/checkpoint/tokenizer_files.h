@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "model/config.h"
-#include "model/gguf.h"
+#include "model/checkpoint/gguf.h"
 #include "model/tokenizer/gguf_vocab.h"
 #include "model/tokenizer/tokenizer.h"
 

@@ -1,4 +1,4 @@
-#include "model/weights.h"
+#include "model/load/weights.h"
 
 #include <algorithm>
 
