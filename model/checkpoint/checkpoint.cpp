@@ -15,6 +15,7 @@
 #include "common/json.h"
 #include "common/large_json.h"
 #include "model/checkpoint/file.h"
+#include "model/checkpoint/gguf_names.h"
 
 namespace k3::model {
 
@@ -349,6 +350,20 @@ fs::path first_gguf_file(const fs::path& path) {
 }
 
 }  // namespace
+
+bool header_holds_config(FormatKind kind, std::size_t f) { return kind == FormatKind::kGguf && f == 0; }
+
+std::string Checkpoint::stored_name(const std::string& logical) const {
+  if (format_.kind() == FormatKind::kGguf) return gguf_name(logical, config_);
+  return prefix_ + logical;
+}
+
+bool Checkpoint::holds_model_tensor(const std::string& name) const {
+  if (format_.kind() == FormatKind::kGguf || format_.kind() == FormatKind::kDraft) return true;
+  if (name.rfind(prefix_, 0) != 0) return false;
+  // Without a prefix (a flat export) the text model's names start with "model." or "lm_head.".
+  return !prefix_.empty() || name.rfind("model.", 0) == 0 || name.rfind("lm_head.", 0) == 0;
+}
 
 std::vector<std::string> header_files(const fs::path& path, FormatKind kind) {
   std::vector<std::string> files;

@@ -98,6 +98,13 @@ class Checkpoint {
   std::uint64_t tensor_bytes() const;
   // Prefix of every stored name in safetensors formats ("language_model." in the release).
   const std::string& name_prefix() const { return prefix_; }
+  // The format's stored name of a logical parameter: the prefixed logical name, or GGUF's
+  // (gguf_names.h).
+  std::string stored_name(const std::string& logical) const;
+  // Whether a stored tensor that no parameter claimed belongs to the model k3eval loads (so it
+  // is unexpected: a problem) rather than to a part it never loads (the release's vision tower:
+  // ignored). A GGUF file and a draft hold their model alone.
+  bool holds_model_tensor(const std::string& name) const;
 
  private:
   Checkpoint(Format format) : format_(format) {}
@@ -130,6 +137,10 @@ FormatKind detect_format(const std::filesystem::path& path);
 // of them: a GGUF split set, or every .safetensors file of the directory, in name order. A
 // reader can start on these while discover() reads the index (which may name fewer).
 std::vector<std::string> header_files(const std::filesystem::path& path, FormatKind kind);
+
+// Whether file `f` of header_files() holds the config in its header (a GGUF set's first file,
+// whose metadata is the config), so that the planning rank reads that header itself.
+bool header_holds_config(FormatKind kind, std::size_t f);
 
 // The GGUF split-file names of a set: "x-00001-of-00003.gguf" -> all three, in order.
 std::vector<std::filesystem::path> gguf_split_files(const std::filesystem::path& any);

@@ -1,6 +1,6 @@
 // The names a format stores beside, or instead of, a logical parameter's own, each written once:
 // the binding reads them (binding.cpp) and the synthetic writer writes them (synth.cpp). The
-// one-to-one GGUF names are gguf_name (binding.h); the logical names are kimi_k3_definition's.
+// one-to-one GGUF names are gguf_name (gguf_names.h); the logical names are kimi_k3_definition's.
 #pragma once
 
 #include <cstdint>

@@ -78,8 +78,4 @@ struct BindResult {
 // are collected in `problems`, each naming the format, capability, tensor, expected and actual.
 BindResult bind_parameters(const Checkpoint& checkpoint, const std::vector<ParamSpec>& specs);
 
-// The stored name of a logical parameter in a GGUF file ("blk.3.attn_q_b.weight"). The config
-// tells MLA layers (g_proj -> attn_gate) from KDA layers (g_proj -> ssm_g).
-std::string gguf_name(const std::string& logical, const ModelConfig& config);
-
 }  // namespace k3::model

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string_view>
+#include <unordered_map>
 
 #include <spdlog/spdlog.h>
 
@@ -74,7 +76,7 @@ Preflight preflight(dist::Runtime& runtime, const dist::Layout& layout,
   // it reports the first bad file in the checkpoint's order, as a single process would.
   const int readers = std::max(world.size() - 1, 1);
   auto reader_of = [&](std::size_t f) {
-    if (world.size() == 1 || (kind == FormatKind::kGguf && f == 0)) return kPlanningRank;
+    if (world.size() == 1 || header_holds_config(kind, f)) return kPlanningRank;
     return 1 + static_cast<int>(f % static_cast<std::size_t>(readers));
   };
   std::optional<Checkpoint> checkpoint;
@@ -138,19 +140,18 @@ Preflight preflight(dist::Runtime& runtime, const dist::Layout& layout,
   std::string shared;
   runtime.collectively([&] {
     if (!planner) return;
-    // The index may name fewer shards than the directory holds: keep the headers of its files.
+    // An index may name fewer shards than the directory holds: keep the headers of its files.
+    std::unordered_map<std::string_view, std::size_t> listed_at;
+    for (std::size_t f = 0; f < listed.size(); ++f) listed_at.emplace(listed[f], f);
     std::vector<ShardHeader> headers(checkpoint->files().size());
     for (std::size_t i = 0; i < headers.size(); ++i) {
-      const auto at = std::lower_bound(listed.begin(), listed.end(), checkpoint->files()[i]);
-      const std::size_t f =
-          kind == FormatKind::kGguf ? i : static_cast<std::size_t>(at - listed.begin());
-      if (kind == FormatKind::kGguf || (at != listed.end() && *at == checkpoint->files()[i])) {
-        if (!unreadable[f].empty()) throw InputError(unreadable[f]);
-        headers[i] = std::move(own[f]);
-      } else {
+      const auto at = listed_at.find(checkpoint->files()[i]);
+      if (at == listed_at.end()) {
         throw InputError(checkpoint->files()[i] + ": a shard of the index that is not a " +
                          ".safetensors file of " + root);
       }
+      if (!unreadable[at->second].empty()) throw InputError(unreadable[at->second]);
+      headers[i] = std::move(own[at->second]);
     }
     own.clear();
     checkpoint->add_headers(std::move(headers));

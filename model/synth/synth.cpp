@@ -11,8 +11,8 @@
 
 #include "common/error.h"
 #include "common/json.h"
-#include "model/load/binding.h"
 #include "model/checkpoint/gguf.h"
+#include "model/checkpoint/gguf_names.h"
 #include "model/parameters.h"
 #include "model/checkpoint/safetensors.h"
 #include "model/checkpoint/stored_names.h"
