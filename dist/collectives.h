@@ -93,7 +93,7 @@ T allreduce(const Comm& comm, T value, ReduceOp op) {
 // order ((v0 + v1) + v2 ...) whatever the length. MPI_Allreduce may pick its algorithm, and with
 // it each element's order of summation, by message size, so a row's sum could depend on how many
 // rows share the call; the engine's partial sums use this instead, so a sequence's numbers do
-// not depend on its batch (issue 19). Each member owns a contiguous segment: it receives every
+// not depend on its batch. Each member owns a contiguous segment: it receives every
 // member's values of it (one all-to-all), adds them in rank order, and the segments are gathered
 // back (one allgather): 2 (P-1)/P of the data in and out per member, as a ring allreduce.
 void allreduce_sum_ordered(const Comm& comm, std::span<float> data);

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <fstream>
+
 #include <charconv>
 #include <climits>
 #include <cstdlib>
@@ -82,6 +84,29 @@ LaunchEnv read_launch_env() {
 
 int default_thread_count(const LaunchEnv& env) {
   return env.cpus_per_task > 0 ? env.cpus_per_task : 1;
+}
+
+bool stdout_is_terminal(bool stdout_is_tty, std::string_view parent_command,
+                        std::string_view parent_stdout) {
+  if (!stdout_is_tty) return false;
+  if (parent_command == "orted" || parent_command == "prted") return false;
+  if (parent_command != "mpirun" && parent_command != "mpiexec" && parent_command != "orterun" &&
+      parent_command != "prterun")
+    return true;
+  return parent_stdout.rfind("/dev/pts/", 0) == 0 || parent_stdout.rfind("/dev/tty", 0) == 0;
+}
+
+bool stdout_is_terminal() {
+  const bool tty = isatty(STDOUT_FILENO) != 0;
+  if (!tty) return false;
+  const std::string parent = "/proc/" + std::to_string(getppid());
+  // /proc/<pid>/comm: the command name and a newline.
+  std::string command;
+  std::ifstream(parent + "/comm") >> command;
+  char target[4096];
+  const ssize_t n = readlink((parent + "/fd/1").c_str(), target, sizeof target - 1);
+  const std::string parent_stdout = n > 0 ? std::string(target, static_cast<std::size_t>(n)) : "";
+  return stdout_is_terminal(tty, command, parent_stdout);
 }
 
 }  // namespace k3::dist

@@ -4,6 +4,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace k3::dist {
 
@@ -26,6 +27,17 @@ struct LaunchEnv {
 using GetEnv = std::function<std::optional<std::string>(const char*)>;
 LaunchEnv read_launch_env(const GetEnv& getenv);
 LaunchEnv read_launch_env();  // the process environment
+
+// Whether this process's stdout ends at a terminal a person is looking at. Open MPI gives the
+// ranks it starts on its own host a pseudo-terminal whatever mpirun's output is (a file, a pipe,
+// a batch job's log), so under mpirun it is mpirun's own stdout that counts; a rank started by a
+// remote daemon (orted) writes through it, never to a terminal.
+bool stdout_is_terminal();
+// The same decision from what a process sees: whether its stdout is a tty, its parent's command
+// name and where the parent's stdout goes (a /proc fd link: "/dev/pts/3", "/tmp/run.log",
+// "pipe:[123]").
+bool stdout_is_terminal(bool stdout_is_tty, std::string_view parent_command,
+                        std::string_view parent_stdout);
 
 // The oneTBB thread cap per rank: the --threads option if given, else the CPUs Slurm gave the
 // task, else 1 (ranks are oversubscribed far more often than not).

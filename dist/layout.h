@@ -1,7 +1,7 @@
 // dist::Layout: the rank arithmetic of one deployment, as a pure value.
 //
 // Every communicator k3eval uses is derived from one Layout (Megatron's parallel_state idea),
-// with SGLang's semantics (../shared/reference/sglang.md section 4):
+// with SGLang's semantics (its dp_attention and parallel_state modules):
 //   * rank = dp_rank * attn_tp + attn_tp_rank: attention-TP groups are contiguous blocks;
 //   * under DP attention the whole world is one TP group and attn_tp = tp / dp; without it each
 //     of the dp replicas is its own TP group of tp ranks (world = tp * dp) and attn_tp = tp;

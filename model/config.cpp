@@ -263,7 +263,7 @@ ModelConfig preset_config(const std::string& name) {
     c.eos_token_id = 163586;
     c.pad_token_id = 163839;
   } else if (name == "wide") {
-    // Production widths at a depth this host runs (issue 18): every width of "full" (hidden,
+    // Production widths at a depth this host runs: every width of "full" (hidden,
     // MLA and KDA heads and head dimensions, LatentMoE latent 3584 and expert intermediate 3072,
     // two shared experts, the 33792-wide dense first layer, the 163840 vocabulary, top-16
     // routing) with 4 layers (KDA 1-3 and MLA 4; layer 1 dense, 2-4 MoE) in two AttnRes blocks

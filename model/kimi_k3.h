@@ -1,4 +1,5 @@
-// The Kimi-K3 text model as one typed tree of weights (../shared/reference/kimi-k3.md section 3).
+// The Kimi-K3 text model as one typed tree of weights (the release's tensors, moonshotai/Kimi-K3).
+// "Section 2.x" names a part of the forward as docs/ENGINE.md, "The math, piece by piece", numbers it.
 //
 // `ModelWeights<T>` has one field per parameter; what a field holds depends on who asks:
 //   - model/parameters.cpp fills a `ModelWeights<ParamSpec>` (kimi_k3_definition): the only place
@@ -21,7 +22,7 @@ namespace k3::model {
 // given (all of the same block), in the definition's order. Visiting one tree and zipping two
 // (mapping a definition to loaded weights) share that list.
 template <class T>
-struct MlaWeights {  // gated NoPE MLA (section 2.1)
+struct MlaWeights {  // gated NoPE MLA (section 2.3)
   T q_a_proj, q_a_layernorm, q_b_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, g_proj,
       o_proj;
   template <class F, class Self, class... Other>
@@ -72,7 +73,7 @@ struct MlpWeights {  // SiTU-GLU: the dense first layers and the shared experts
 };
 
 template <class T>
-struct MoeWeights {  // LatentMoE (section 2.3): routed experts work in the latent width
+struct MoeWeights {  // LatentMoE (section 2.5): routed experts work in the latent width
   T gate, e_score_correction_bias, routed_expert_down_proj, routed_expert_norm,
       routed_expert_up_proj;
   T w1, w3, w2;  // stacked routed experts [experts, out, in]

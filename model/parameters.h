@@ -1,7 +1,7 @@
 // model::ParamSpec: every parameter of the Kimi-K3 text model (or of a DSpark draft), by its
 // logical name (the official release's, without "language_model."; a draft's names as it stores
-// them), with its logical shape and how the parallel layout splits it. Shapes follow
-// ../shared/reference/kimi-k3.md section 3.
+// them), with its logical shape and how the parallel layout splits it. Shapes follow the release's
+// config.json and tensors (moonshotai/Kimi-K3).
 #pragma once
 
 #include <cstdint>

@@ -399,7 +399,7 @@ struct MsInt8D {
   }
 };
 
-// The order every kernel of this family adds a row's blocks in (batch invariance, issue 19):
+// The order every kernel of this family adds a row's blocks in (batch invariance):
 // per weight row and activation row, S_b, the exact int32 dot of block b with the weights as
 // signed values (the offset C removed in integers), goes into one of four accumulators,
 //   acc[b mod 4] = fma(float(S_b), dw_b * dx_b, acc[b mod 4]),   b = 0, 1, 2, ...

@@ -1,7 +1,5 @@
 #include "apps/k3eval/evaluate.h"
 
-#include <unistd.h>
-
 #include <array>
 #include <chrono>
 #include <csignal>
@@ -21,6 +19,7 @@
 #include "common/json.h"
 #include "common/text_file.h"
 #include "dist/collectives.h"
+#include "dist/env.h"
 #include "dist/logging.h"
 #include "dist/traffic.h"
 #include "dist/watchdog.h"
@@ -87,9 +86,7 @@ eval::RunnerOptions runner_options(const K3evalOptions& o, const Serving& servin
   r.generator.max_running_requests = std::min(o.max_running_requests, o.parallel);
   r.generator.chunked_prefill_size = static_cast<std::size_t>(o.chunked_prefill_size);
   r.generator.prefix_caching = !o.disable_prefix_cache;
-  // Open MPI may hand ranks a pseudo-terminal even when mpirun's output goes to a file, so
-  // scripts pass --progress log.
-  r.progress_bar = o.progress == "bar" || (o.progress == "auto" && isatty(STDOUT_FILENO) != 0);
+  r.progress_bar = o.progress == "bar" || (o.progress == "auto" && dist::stdout_is_terminal());
   return r;
 }
 

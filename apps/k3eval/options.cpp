@@ -143,7 +143,8 @@ po::options_description describe(K3evalOptions& o) {
       ("history", po::value(&o.history)->value_name("FILE"),
        "HDF5 run history to append to (default: <artifacts-dir>/history.h5)")
       ("progress", po::value(&o.progress)->value_name("HOW"),
-       "rank 0's progress: bar, log (a line every 10 s) or auto (default: bar on a terminal)")
+       "rank 0's progress: bar, log (a line every 10 s) or auto (default: a bar when rank 0's "
+       "stdout, and under mpirun mpirun's own output, is a terminal)")
       ("resume", po::bool_switch(&o.resume),
        "continue the run in --artifacts-dir from its per-question results")
       ("dataset-name", po::value(&o.dataset_name)->value_name("NAME"),

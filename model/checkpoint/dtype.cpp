@@ -14,7 +14,7 @@ struct DTypeInfo {
   std::uint32_t bytes;  // bytes per block
 };
 
-// ggml type ids: ggml/include/ggml.h (see ../shared/reference/gguf.md section 2.2).
+// ggml type ids: enum ggml_type in ggml/include/ggml.h (llama.cpp).
 constexpr std::array<DTypeInfo, 15> kInfo = {{
     {DType::kF64, "F64", 28, 1, 8},
     {DType::kF32, "F32", 0, 1, 4},

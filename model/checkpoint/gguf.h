@@ -1,6 +1,6 @@
 // GGUF v3 (llama.cpp's model container): a header reader that checks every count, length, type
 // and offset against the file before trusting it, and a writer for the synthetic checkpoints.
-// Layout and rules: ../shared/reference/gguf.md section 2.1.
+// Layout and rules: ggml's GGUF specification (docs/gguf.md in ggml and llama.cpp).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
-// The DSpark drafter's forward (../shared/reference/speculative.md section 3, GQA variant), over
-// this rank's heads. Equation numbers below are that section's.
+// The DSpark drafter's forward (the GQA drafter SGLang serves for Kimi-K3, RadixArk/Kimi-K3-DSpark;
+// docs/ENGINE.md, "Speculative decoding (DSpark)"), over this rank's heads. Equation numbers
+// below follow that drafter's forward in order.
 #include "model/engine/dspark.h"
 
 #include <algorithm>

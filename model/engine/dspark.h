@@ -1,5 +1,5 @@
 // engine::Drafter: the DSpark drafter beside a target Engine (speculative decoding as SGLang runs
-// it for Kimi-K3; ../shared/reference/speculative.md sections 3 and 5).
+// it for Kimi-K3, RadixArk/Kimi-K3-DSpark; docs/ENGINE.md, "Speculative decoding (DSpark)").
 //
 // Per sequence the drafter keeps a context: for every token the target has committed, the
 // feature c_t = hidden_norm(fc [taps of the target's streams at t]) projected once into each

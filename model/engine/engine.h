@@ -1,5 +1,6 @@
 // engine::Engine: the Kimi-K3 forward pass of one rank inside any parallel layout
-// (../shared/reference/kimi-k3.md section 2 for the math, sglang.md section 4 for the split).
+// (the official modeling_kimi_linear.py of moonshotai/Kimi-K3 for the math, SGLang's DP-attention and expert-parallel groups for the split;
+// docs/ENGINE.md).
 //
 // Every rank calls step() the same number of times with its DP group's batch (identical on all
 // ranks of an attention-TP group; possibly empty), and every step runs the same collectives on

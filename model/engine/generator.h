@@ -70,7 +70,7 @@ class DraftSource {
   virtual std::vector<std::vector<std::int32_t>> propose(std::span<const DraftRequest> batch) = 0;
 };
 
-// Greedy acceptance of one verify step (speculative.md section 5 step 3): `drafts` d1..dn were
+// Greedy acceptance of one verify step (docs/ENGINE.md, "Speculative decoding (DSpark)", Accept): `drafts` d1..dn were
 // fed after the anchor and `verified` holds the target's token after each of the n + 1 fed
 // tokens. Returns how many drafts the target accepted (the longest prefix with d_i equal to the
 // target's token after the token before it); the target's token after the last accepted one is

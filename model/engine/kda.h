@@ -1,4 +1,4 @@
-// The KDA delta rule of one head (../shared/reference/kimi-k3.md section 2.4 step 5) in fp32:
+// The KDA delta rule of one head (KimiDeltaAttention's recurrence; fla ops/kda naive.py) in fp32:
 // the token recurrence for decode and fla's chunked form for prefill, which are the same map
 // (tests/model/engine checks both against the double-precision reference).
 #pragma once

@@ -1,4 +1,5 @@
-// Section 2.3 of ../shared/reference/kimi-k3.md: gated NoPE MLA, absorbed, over this rank's heads.
+// Gated NoPE MLA (KimiMLAAttention in the official modeling_kimi_linear.py of moonshotai/Kimi-K3; docs/ENGINE.md,
+// "The math, piece by piece", 2.3), absorbed, over this rank's heads.
 #include "model/engine/engine_impl.h"
 
 #include <algorithm>

@@ -1,5 +1,5 @@
-// Element-wise and per-row float math of the Kimi-K3 forward pass (../shared/reference/kimi-k3.md
-// section 2): norms, gates, SiTU, the AttnRes softmax mix and the router's top-k. Weight products
+// Element-wise and per-row float math of the Kimi-K3 forward pass (the official modeling_kimi_linear.py of moonshotai/Kimi-K3; docs/ENGINE.md,
+// "The math, piece by piece"): norms, gates, SiTU, the AttnRes softmax mix and the router's top-k. Weight products
 // are not here: they go through quant/ kernels (model/engine/linear.h).
 #pragma once
 

@@ -80,7 +80,7 @@ class RowParallelLinear {
   const dist::Comm* comm_ = nullptr;
 };
 
-// The SiTU-GLU (section 2.5) with its intermediate size split over one group: gate and up are
+// The SiTU-GLU (section 2.2) with its intermediate size split over one group: gate and up are
 // column-parallel (this rank's intermediate rows), down is row-parallel over the same group.
 // `swiglu` builds the plain SwiGLU (silu(gate) x up) of a Qwen3-style drafter the same way.
 class ParallelMlp {

@@ -1,6 +1,6 @@
 // model::ReferenceModel: the plain, slow, single-rank Kimi-K3 forward pass in double precision.
-// It is the oracle the optimized engine is tested against (issue 6), so it follows
-// ../shared/reference/kimi-k3.md section 2 line by line and favours readability over speed:
+// It is the oracle the optimized engine is tested against, so it follows the official modeling_kimi_linear.py of moonshotai/Kimi-K3
+// line by line (docs/ENGINE.md, "The math, piece by piece") and favours readability over speed:
 // every weight is dequantized once into a dense row-major double matrix, there are no threads,
 // no kernels and no absorbed or fused forms.
 //

@@ -404,7 +404,8 @@ std::vector<std::string> read_jsonl_corpus(const fs::path& path) {
 
 namespace {
 
-// llama.cpp's kimi-k3 metadata (../shared/reference/gguf.md sections 3 and 4).
+// llama.cpp's kimi-k3 metadata (its conversion/kimi_k3.py writes these keys, src/models/kimi-k3.cpp
+// reads them).
 void write_gguf_metadata(GgufWriter& w, const ModelConfig& c, const std::string& preset,
                          const GgufTokenizer& tok) {
   auto k = [](const char* key) { return std::string("kimi-k3.") + key; };

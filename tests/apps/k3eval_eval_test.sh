@@ -39,6 +39,11 @@ common=(--model-path "$ck" --data-path "$data" --progress log)
 
 case $case_name in
   report_1)
+    # --progress auto with mpirun's output in a file: plain lines, no carriage return, although
+    # Open MPI hands the rank a pseudo-terminal.
+    run 1 --model-path "$ck" --data-path "$data" --num-questions 2 --max-new-tokens 8
+    expect_rc 0
+    ! grep -q $'\r' "$work/out" "$work/err" || fail "a carriage return in redirected output: $(cat -A "$work/err" | grep -m2 '\^M')"
     run 1 "${common[@]}" --num-questions 3 --max-new-tokens 12 --artifacts-dir "$work/a"
     expect_rc 0
     expect_out '^Accuracy: [0-9]\.[0-9]{3}$'
@@ -95,7 +100,7 @@ PY
     ;;
   batch_invariance_8)
     # A question's tokens do not depend on what shares its batch, its DP group or its place in
-    # the queue (issue 19): the first 4 of 12 questions all in flight at once, and alone one at a
+    # the queue: the first 4 of 12 questions all in flight at once, and alone one at a
     # time, in the default int8-activation mode; prompt chunks split unevenly (48 tokens).
     # hf (int8 activations in the MXFP4 experts) and GGUF (in every product).
     for model in "$ck" "$(dirname "$ck")/tiny-gguf"; do
@@ -244,7 +249,7 @@ PY
     grep -q "shards loaded\|planned in" "$work/err" && fail "a malformed baseline was found only after loading"
     ;;
   golden_quickstart_8)
-    # The quickstart's golden tokens (issue 15): jobs/configs/quickstart.ini on 8 ranks against
+    # The quickstart's golden tokens: jobs/configs/quickstart.ini on 8 ranks against
     # jobs/baselines/quickstart-tiny.json; the fixture holds the same weights in 3 shards.
     run 8 --config "$repo/jobs/configs/quickstart.ini" --model-path "$ck" --data-path "$data" \
       --progress log --baseline "$repo/jobs/baselines/quickstart-tiny.json" --artifacts-dir "$work/q"
@@ -253,7 +258,7 @@ PY
     expect_out 'PASS'
     ;;
   speculative_8)
-    # Speculative decoding with the synthetic DSpark draft (issue 17). Default mode: the
+    # Speculative decoding with the synthetic DSpark draft. Default mode: the
     # quickstart's golden tokens on its 8-rank layout, with the accept length in the log, the
     # summary and summary.json. fp32 activations: every question's tokens identical with and
     # without speculation at 1 rank and on 8. Throughput mode reports it too, and impossible
@@ -388,7 +393,7 @@ for i, line in enumerate(open(sys.argv[1])):
       fi
       i=$((i + 1))
     done <"$work/questions.txt"
-    python3 - "$work" <<'PY' || fail "outside issue 15's targets"
+    python3 - "$work" <<'PY' || fail "outside the numerics targets (docs/PERFORMANCE.md, \"Numerical agreement targets\")"
 import math, struct, sys
 work = sys.argv[1]
 def floats(path):
@@ -404,7 +409,7 @@ assert modes[8] <= 0.01 and modes[-1] <= 0.03 and max(layouts) <= 0.01
 PY
     ;;
   throughput_8)
-    # SGLang's offline throughput report (issue 20): its names, its block, figures that add up,
+    # SGLang's offline throughput report: its names, its block, figures that add up,
     # and the artifacts of a run.
     run 8 "${common[@]}" "${layout8[@]}" --mode throughput --dataset-name random \
       --random-input-len 32 --random-output-len 6 --num-prompts 8 --artifacts-dir "$work/a"

@@ -113,7 +113,7 @@ case $case_name in
       xmllint --noout "$svg" 2>"$work/xmllint" || fail "xmllint: $(cat "$work/xmllint")"
     fi
 
-    # An offline throughput run (issue 20) lands in the same history as run 3, in a series of
+    # An offline throughput run lands in the same history as run 3, in a series of
     # its own shown beside the evaluations; check judges it on token/s; compare refuses it.
     evaluate --mode throughput --random-input-len 16 --random-output-len 4 --num-prompts 2
     [[ $eval_rc -eq 0 ]] || fail "k3eval throughput run exited $eval_rc: $(tail -5 "$work/eval.out")"

@@ -1,5 +1,5 @@
 // bench_engine: prefill and decode tokens/s of the Kimi-K3 engine on a synthetic checkpoint, for
-// one parallel layout per run (issue 6, "Benchmarks").
+// one parallel layout per run (docs/PERFORMANCE.md, "Engine tokens/s").
 //
 //   mpirun -np 2 --oversubscribe build/bin/bench_engine --model-path DIR --tp 2 --label tp2
 //

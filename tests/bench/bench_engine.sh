@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prefill and decode tokens/s of the engine (bench_engine) on a synthetic checkpoint, for every
-# layout of issue 6 on 1 and 2 ranks, printed as one table with each run's batch-1 decode
+# layout of docs/PERFORMANCE.md's engine table on 1 and 2 ranks, printed as one table with each run's batch-1 decode
 # roofline (the weight bytes a token reads over the measured read bandwidth). Synthesizes the
 # checkpoints into $BUILD/bench/<preset>-<format> when missing.
 # Usage: tests/bench/bench_engine.sh [formats ...]   (default: gguf; also hf, modelslim)

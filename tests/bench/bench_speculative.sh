@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Decode tokens/s with and without DSpark speculative decoding (issue 17), A/B alternated in one
+# Decode tokens/s with and without DSpark speculative decoding, A/B alternated in one
 # run: k3eval --mode throughput on random prompts (stop tokens ignored), batch 1 and 16, on one
 # rank and on two (DP attention, DP LM head), each case REPS times per side.
 #

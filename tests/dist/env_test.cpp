@@ -73,5 +73,18 @@ TEST(LaunchEnv, MalformedVariableIsNamed) {
       InputError);
 }
 
+// --progress auto draws a bar only for a person at a terminal: under mpirun, a rank's
+// pseudo-terminal counts only when mpirun's own output is a terminal.
+TEST(StdoutIsTerminal, UnderMpirunItIsMpirunsOutputThatCounts) {
+  EXPECT_FALSE(stdout_is_terminal(false, "bash", "/dev/pts/0"));      // a file or a pipe
+  EXPECT_TRUE(stdout_is_terminal(true, "bash", "/dev/pts/0"));        // run from a shell
+  EXPECT_TRUE(stdout_is_terminal(true, "mpirun", "/dev/pts/3"));      // mpirun at a terminal
+  EXPECT_FALSE(stdout_is_terminal(true, "mpirun", "/tmp/run.log"));   // mpirun ... > run.log
+  EXPECT_FALSE(stdout_is_terminal(true, "mpirun", "pipe:[81235]"));   // mpirun ... | tee
+  EXPECT_FALSE(stdout_is_terminal(true, "mpirun", ""));               // mpirun's output unknown
+  EXPECT_FALSE(stdout_is_terminal(true, "orted", "/dev/null"));       // a remote host's rank
+  EXPECT_TRUE(stdout_is_terminal(true, "orterun", "/dev/tty1"));
+}
+
 }  // namespace
 }  // namespace k3::dist

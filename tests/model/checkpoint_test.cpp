@@ -107,7 +107,7 @@ TEST(KimiK3Definition, TreeHoldsEveryParameterOnceWhereTheConfigPutsIt) {
   }
 }
 
-// The wide preset (issue 18) keeps every width of the real model at 4 layers and 32 experts, and
+// The wide preset keeps every width of the real model at 4 layers and 32 experts, and
 // covers each kind of block: a dense KDA layer, MoE KDA layers and a MoE MLA layer.
 TEST(SynthPresets, WideHasTheRealWidthsAtFourLayers) {
   const ModelConfig w = preset_config("wide");

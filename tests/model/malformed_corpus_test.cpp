@@ -1,4 +1,4 @@
-// The project's corpus of malformed checkpoints (issue 19, item 5): each case damages a private
+// The project's corpus of malformed checkpoints: each case damages a private
 // copy of a tiny synthetic checkpoint in one way, as a broken converter, a partial copy, a
 // lying header or a hand edit would, in every format (hf, ModelSlim, GGUF, draft). The whole
 // pre-flight of one rank (open, the data-free checks, bind and plan; then load and audit; the

@@ -61,6 +61,60 @@ run_hosts() {
 lost_args=(--num-questions 40 --collective-timeout 10)
 timeout_s=10
 
+# whole_run: the uninterrupted run a resumed one must equal (tokens do not depend on the hosts).
+whole_run() {
+  mkdir -p "$work/whole"
+  timeout 300 mpirun --oversubscribe -np 8 "$k3eval" "${quickstart[@]}" "${lost_args[@]}" \
+    --artifacts-dir "$work/whole" >"$work/whole.out" 2>"$work/whole.err" ||
+    fail "uninterrupted run: $(tail -3 "$work/whole.err")"
+}
+
+# inject_fault FAULT HOST RUNNING...: once some questions of $run_dir are finished (and before
+# all are; RUNNING... says the job still runs), cuts, kills or stops HOST; sets $kept_at_fault
+# and $fault_at.
+inject_fault() {
+  local fault=$1 host=$2 i
+  shift 2
+  for ((i = 0; i < 1200; i++)); do
+    [[ -f $run_dir/questions.jsonl && $(wc -l <"$run_dir/questions.jsonl") -ge 3 ]] && break
+    "$@" 2>/dev/null || break
+    sleep 0.1
+  done
+  kept_at_fault=$(wc -l <"$run_dir/questions.jsonl" 2>/dev/null || echo 0)
+  [[ $kept_at_fault -ge 3 && $kept_at_fault -lt 40 ]] ||
+    fail "no fault injected: $kept_at_fault questions finished; $(tail -3 "$work"/*.err "$work"/*.out 2>/dev/null)"
+  fault_at=$(date +%s)
+  case $fault in
+    cut) mh_cut "$host" ;;
+    kill) mh_kill "$host" ;;
+    stop) mh_stop "$host" ;;
+  esac
+}
+
+# check_record HOST: $run_dir's status is failed and names HOST, its ranks, the collective and
+# the step; every question finished at the fault is kept, each line whole.
+check_record() {
+  local status kept
+  status=$(cat "$run_dir/status")
+  [[ $(head -n1 <<<"$status") == failed ]] || fail "status: $status"
+  grep -qE "host $1 \(ranks (4-7|\{4\.\.7\})" <<<"$status" || fail "status names no lost host and its ranks: $status"
+  grep -qE ' over (world|attn-tp|moe-ep|tp|attn-dp|node)' <<<"$status" || fail "status names no collective: $status"
+  grep -qE 'step [0-9]+' <<<"$status" || fail "status names no step: $status"
+  echo "status: $status" >&2
+  kept=$(wc -l <"$run_dir/questions.jsonl")
+  [[ $kept -ge $kept_at_fault ]] || fail "kept $kept questions, $kept_at_fault were finished at the fault"
+  [[ $(grep -c '}$' "$run_dir/questions.jsonl") -eq $kept ]] || fail "a cut line in questions.jsonl"
+}
+
+# check_resumed: $run_dir holds all 40 questions with the uninterrupted run's tokens.
+check_resumed() {
+  facts "$work/whole/questions.jsonl" >"$work/whole.facts"
+  facts "$run_dir/questions.jsonl" >"$work/resumed.facts"
+  [[ $(wc -l <"$work/resumed.facts") -eq 40 ]] || fail "resumed run has $(wc -l <"$work/resumed.facts") questions"
+  cmp -s "$work/whole.facts" "$work/resumed.facts" ||
+    fail "resumed tokens differ from the uninterrupted run's: $(diff "$work/whole.facts" "$work/resumed.facts" | head -4)"
+}
+
 case $case_name in
   same_answers)
     mkdir -p "$work/one"
@@ -98,11 +152,7 @@ case $case_name in
 
   lost_host_cut | lost_host_kill | lost_host_stop | bare_mpirun_cut)
     fault=${case_name##*_}
-    # The uninterrupted run the resumed one must equal (tokens do not depend on the hosts).
-    mkdir -p "$work/whole"
-    timeout 300 mpirun --oversubscribe -np 8 "$k3eval" "${quickstart[@]}" "${lost_args[@]}" \
-      --artifacts-dir "$work/whole" >"$work/whole.out" 2>"$work/whole.err" ||
-      fail "uninterrupted run: $(tail -3 "$work/whole.err")"
+    whole_run
     mh_up 2 || { fail "the multi-host fixture could not start (see above)"; finish; }
     mh_slots 4
     lost=${MH_HOSTS[1]}
@@ -117,21 +167,7 @@ case $case_name in
         "${quickstart[@]:2}" "${lost_args[@]}" >"$work/run.out" 2>"$work/run.err" &
     fi
     job=$!
-    # The fault once some questions are finished (and before all are).
-    for ((i = 0; i < 1200; i++)); do
-      [[ -f $run_dir/questions.jsonl && $(wc -l <"$run_dir/questions.jsonl") -ge 3 ]] && break
-      kill -0 "$job" 2>/dev/null || break
-      sleep 0.1
-    done
-    kept_at_fault=$(wc -l <"$run_dir/questions.jsonl" 2>/dev/null || echo 0)
-    [[ $kept_at_fault -ge 3 && $kept_at_fault -lt 40 ]] ||
-      fail "no fault injected: $kept_at_fault questions finished; $(tail -3 "$work/run.err")"
-    fault_at=$(date +%s)
-    case $fault in
-      cut) mh_cut "$lost" ;;
-      kill) mh_kill "$lost" ;;
-      stop) mh_stop "$lost" ;;
-    esac
+    inject_fault "$fault" "$lost" kill -0 "$job"
     # Every k3eval rank that can act must be gone in time; with the wrapper, everything.
     deadline=$((fault_at + timeout_s + 15))
     while [[ $(date +%s) -le $deadline ]]; do
@@ -162,16 +198,7 @@ case $case_name in
         fail "no message says why the job ended: $(tail -5 "$work/run.err")"
     fi
     echo "$case_name: the job ended $ended_after s after the fault" >&2
-    status=$(cat "$run_dir/status")
-    [[ $(head -n1 <<<"$status") == failed ]] || fail "status: $status"
-    grep -qE "host $lost \(ranks (4-7|\{4\.\.7\})" <<<"$status" || fail "status names no lost host and its ranks: $status"
-    grep -qE ' over (world|attn-tp|moe-ep|tp|attn-dp|node)' <<<"$status" || fail "status names no collective: $status"
-    grep -qE 'step [0-9]+' <<<"$status" || fail "status names no step: $status"
-    echo "status: $status" >&2
-    # Every finished question kept, each line whole.
-    kept=$(wc -l <"$run_dir/questions.jsonl")
-    [[ $kept -ge $kept_at_fault ]] || fail "kept $kept questions, $kept_at_fault were finished at the fault"
-    [[ $(grep -c '}$' "$run_dir/questions.jsonl") -eq $kept ]] || fail "a cut line in questions.jsonl"
+    check_record "$lost"
     # --resume on the full set of hosts completes the run with the uninterrupted run's tokens.
     mh_down
     mh_up 2 || { fail "the multi-host fixture could not start again"; finish; }
@@ -181,20 +208,11 @@ case $case_name in
       "${quickstart[@]:2}" "${lost_args[@]}" --resume >"$work/resume.out" 2>"$work/resume.err"
     rc=$?
     [[ $rc -eq 0 ]] || fail "--resume: exit code $rc; $(tail -3 "$work/resume.err")"
-    facts "$work/whole/questions.jsonl" >"$work/whole.facts"
-    facts "$run_dir/questions.jsonl" >"$work/resumed.facts"
-    [[ $(wc -l <"$work/resumed.facts") -eq 40 ]] || fail "resumed run has $(wc -l <"$work/resumed.facts") questions"
-    cmp -s "$work/whole.facts" "$work/resumed.facts" ||
-      fail "resumed tokens differ from the uninterrupted run's: $(diff "$work/whole.facts" "$work/resumed.facts" | head -4)"
+    check_resumed
     ;;
   slurm_lost_host_cut | slurm_lost_host_kill | slurm_lost_host_stop)
     fault=${case_name##*_}
-    if [[ $fault == cut ]]; then
-      mkdir -p "$work/whole"
-      timeout 300 mpirun --oversubscribe -np 8 "$k3eval" "${quickstart[@]}" "${lost_args[@]}" \
-        --artifacts-dir "$work/whole" >"$work/whole.out" 2>"$work/whole.err" ||
-        fail "uninterrupted run: $(tail -3 "$work/whole.err")"
-    fi
+    [[ $fault == cut ]] && whole_run
     # Nothing from an enclosing allocation may leak into the submission.
     while read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(SLURM_|SBATCH_|SALLOC_|SRUN_)')
     export PATH=/usr/sbin:$PATH
@@ -211,24 +229,12 @@ case $case_name in
     # ended: the sbatch script's wrapper has recorded the end (a node cut off keeps the Slurm
     # job COMPLETING until SlurmdTimeout, which is Slurm's bookkeeping, not the job).
     ended() { grep -q '^exit_code:' "$run_dir/job.txt" 2>/dev/null; }
+    running() { ! ended; }
     mh_up 2 || { fail "the multi-host fixture could not start (see above)"; finish; }
     mh_slurm_up "$work/cluster" 4 || { fail "the Slurm cluster could not start (see above)"; finish; }
     lost=${MH_HOSTS[1]}
     submit_nightly
-    for ((i = 0; i < 1200; i++)); do
-      [[ -f $run_dir/questions.jsonl && $(wc -l <"$run_dir/questions.jsonl") -ge 3 ]] && break
-      ended && break
-      sleep 0.1
-    done
-    kept_at_fault=$(wc -l <"$run_dir/questions.jsonl" 2>/dev/null || echo 0)
-    [[ $kept_at_fault -ge 3 && $kept_at_fault -lt 40 ]] ||
-      fail "no fault injected: $kept_at_fault questions finished; $(tail -3 "$work"/*.out)"
-    fault_at=$(date +%s)
-    case $fault in
-      cut) mh_cut "$lost" ;;
-      kill) mh_kill "$lost" ;;
-      stop) mh_stop "$lost" ;;
-    esac
+    inject_fault "$fault" "$lost" running
     deadline=$((fault_at + timeout_s + 15))
     while [[ $(date +%s) -le $deadline ]]; do
       ended && [[ -z $(mh_ranks_alive) ]] && break
@@ -241,15 +247,7 @@ case $case_name in
     [[ -z $(pgrep -f -- "srun .*--artifacts-dir $run_dir") ]] || fail "srun still runs after the job ended"
     grep -qx 'exit_code: 3' "$run_dir/job.txt" || fail "job.txt: $(cat "$run_dir/job.txt")"
     echo "$case_name: the job ended $ended_after s after the fault" >&2
-    status=$(cat "$run_dir/status")
-    [[ $(head -n1 <<<"$status") == failed ]] || fail "status: $status"
-    grep -qE "host $lost \(ranks (4-7|\{4\.\.7\})" <<<"$status" || fail "status names no lost host and its ranks: $status"
-    grep -qE ' over (world|attn-tp|moe-ep|tp|attn-dp|node)' <<<"$status" || fail "status names no collective: $status"
-    grep -qE 'step [0-9]+' <<<"$status" || fail "status names no step: $status"
-    echo "status: $status" >&2
-    kept=$(wc -l <"$run_dir/questions.jsonl")
-    [[ $kept -ge $kept_at_fault ]] || fail "kept $kept questions, $kept_at_fault were finished at the fault"
-    [[ $(grep -c '}$' "$run_dir/questions.jsonl") -eq $kept ]] || fail "a cut line in questions.jsonl"
+    check_record "$lost"
     if [[ $fault == cut ]]; then
       # --resume by a second submission on both nodes completes the run with the uninterrupted
       # run's tokens.
@@ -260,11 +258,7 @@ case $case_name in
       submit_nightly --resume
       for ((i = 0; i < 600; i++)); do ended && break; sleep 0.5; done
       grep -qx 'exit_code: 0' "$run_dir/job.txt" || fail "--resume: $(cat "$run_dir/job.txt"; tail -5 "$work"/*"$job".out)"
-      facts "$work/whole/questions.jsonl" >"$work/whole.facts"
-      facts "$run_dir/questions.jsonl" >"$work/resumed.facts"
-      [[ $(wc -l <"$work/resumed.facts") -eq 40 ]] || fail "resumed run has $(wc -l <"$work/resumed.facts") questions"
-      cmp -s "$work/whole.facts" "$work/resumed.facts" ||
-        fail "resumed tokens differ from the uninterrupted run's: $(diff "$work/whole.facts" "$work/resumed.facts" | head -4)"
+      check_resumed
     fi
     ;;
   *)

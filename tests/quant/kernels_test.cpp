@@ -187,7 +187,7 @@ TEST(QuantKernels, GemvGemmAndDotAgree) {
   }
 }
 
-// Batch invariance (issue 19): a row's outputs are bitwise the same whatever else is in the
+// Batch invariance: a row's outputs are bitwise the same whatever else is in the
 // batch. Every kernel (each ISA here, plain and repacked layouts) adds a row's blocks in one
 // order at every batch size, so activation row i of a batch of n gives what it gives alone.
 TEST(QuantKernels, EveryActivationRowIsTheSameAtAnyBatchSize) {

@@ -144,7 +144,7 @@ case $case_name in
     [[ $(cat "$artifacts-golden/status" 2>/dev/null) == ok ]] || fail "no golden canary artifacts with status ok in $artifacts-golden"
     ;;
   nightly_throughput_8)
-    # The nightly throughput job (issue 20) twice on one history: SGLang's report, a record per
+    # The nightly throughput job twice on one history: SGLang's report, a record per
     # night, k3report check against the previous night; then a baseline 100 x above this
     # machine's measured speed: k3eval's verdict fails the job with exit 1.
     export K3_HISTORY=$work/throughput.h5

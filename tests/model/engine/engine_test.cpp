@@ -279,7 +279,7 @@ INSTANTIATE_TEST_SUITE_P(Formats, ServingTest,
                          ::testing::Values(FormatKind::kHf, FormatKind::kGguf),
                          [](const auto& p) { return std::string(model::format_name(p.param)); });
 
-// Batch invariance (issue 19), in the default int8-activation mode and with fp32 activations:
+// Batch invariance, in the default int8-activation mode and with fp32 activations:
 // a sequence's logits are bitwise the same alone and as any row of a batch of 16 or 64
 // sequences stepped together, at prefill and at every decode step, whatever its place in the
 // batch. Every product adds a row's blocks in one order at any batch size (quant/README.md),
@@ -329,7 +329,7 @@ TEST_P(EngineTest, ASequenceIsBitwiseTheSameInAnyBatch) {
   }
 }
 
-// Speculative verification (issue 17): a verify step over 8 tokens followed by commit(k) leaves
+// Speculative verification: a verify step over 8 tokens followed by commit(k) leaves
 // the slot exactly as decoding the first k of them one at a time would (the KDA state from the
 // snapshot after token k, the MLA rows past it dropped by position), and its first k rows of
 // logits are the decode path's, bit for bit; so do the logits of the tokens decoded after it.

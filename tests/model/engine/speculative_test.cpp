@@ -1,4 +1,4 @@
-// Speculative decoding (issue 17) on one rank: the generator's rounds with a scripted drafter
+// Speculative decoding on one rank: the generator's rounds with a scripted drafter
 // (acceptance edge cases, exactly counted) and with the synthetic DSpark drafter (the tokens
 // are the plain path's, with continuous batching, the prefix cache and chunked prefill).
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Encode throughput on GSM8K with one thread (target >= 10 MB/s, issue 5).
+// Encode throughput on GSM8K with one thread (target >= 10 MB/s).
 //   bench_tokenizer --benchmark_filter=Encode
 // The vocabulary is the 4,096-token one trained on GSM8K train (trained once at start-up).
 #include <benchmark/benchmark.h>
