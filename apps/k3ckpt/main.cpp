@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "apps/common/help.h"
 #include "apps/common/layout_options.h"
 #include "model/load/binding.h"
 #include "model/load/pipeline.h"
@@ -82,6 +83,13 @@ int synth(const std::vector<std::string>& args) {
       "set", po::value<std::vector<std::string>>()->composing(),
       "NAME=VALUE: change a preset's size (num_hidden_layers, hidden_size, num_experts, vocab, "
       "...)");
+  if (apps::answered_help(args,
+                          {"k3ckpt synth --out DIR [options]",
+                           "Writes a synthetic Kimi-K3 checkpoint (real architecture and tensor "
+                           "names, seeded weights) in any format.",
+                           "k3ckpt synth --preset tiny --format gguf --out /tmp/tiny-gguf"},
+                          desc))
+    return 0;
   const po::variables_map vm = parse(args, desc, {});
   o.corpus = vm["corpus"].as<std::string>();
   if (vm.count("set")) {
@@ -181,6 +189,13 @@ int inspect(const std::vector<std::string>& args) {
   desc.add_options()("checkpoint", po::value(&dir)->required(),
                      "checkpoint directory or .gguf file")(
       "load-format", po::value(&format), "override detection: hf | modelslim | gguf | draft");
+  if (apps::answered_help(args,
+                          {"k3ckpt inspect DIR|FILE.gguf [--load-format F]",
+                           "Opens a checkpoint's headers (no tensor data): format, capabilities, "
+                           "files, dtypes, config, and every data-free problem.",
+                           "k3ckpt inspect build/checkpoints/tiny-hf"},
+                          desc))
+    return 0;
   po::positional_options_description pos;
   pos.add("checkpoint", 1);
   parse(args, desc, pos);
@@ -254,6 +269,14 @@ int plan(const std::vector<std::string>& args) {
       "world", po::value(&world), "number of ranks (default: tp, or tp x dp without DP attention)")(
       "rank", po::value(&rank), "print this rank's plan parameter by parameter");
   desc.add(apps::layout_options(spec));
+  if (apps::answered_help(args,
+                          {"k3ckpt plan DIR|FILE.gguf [layout options] [--world N] [--rank R]",
+                           "Binds and plans every rank of a layout as the job's planning rank "
+                           "does, without reading tensor data: bytes and files per rank.",
+                           "k3ckpt plan build/checkpoints/tiny-hf --tp 8 --dp 2 --ep 8 "
+                           "--enable-dp-attention --rank 0"},
+                          desc))
+    return 0;
   po::positional_options_description pos;
   pos.add("checkpoint", 1);
   parse(args, desc, pos);
@@ -316,6 +339,13 @@ int tokenize(const std::vector<std::string>& args) {
                      "checkpoint directory or .gguf file")(
       "decode", po::bool_switch(&decode), "read lines of space-separated ids, print their text")(
       "allow-special", po::bool_switch(&allow_special), "encode special-token names as their ids");
+  if (apps::answered_help(args,
+                          {"k3ckpt tokenize DIR|FILE.gguf [--decode] [--allow-special]",
+                           "Encodes each line of stdin to token ids with the checkpoint's "
+                           "vocabulary (or decodes lines of ids with --decode).",
+                           "echo 'Natalia sold 48 clips.' | k3ckpt tokenize build/checkpoints/tiny-hf"},
+                          desc))
+    return 0;
   po::positional_options_description pos;
   pos.add("checkpoint", 1);
   parse(args, desc, pos);
@@ -358,7 +388,8 @@ const char* kUsage =
     "       k3ckpt inspect DIR [--load-format F]\n"
     "       k3ckpt tokenize DIR|FILE.gguf [--decode] [--allow-special]   (stdin -> stdout)\n"
     "       k3ckpt plan DIR [--tp N --dp N --ep N --enable-dp-attention ...] [--world N] [--rank "
-    "R]\n";
+    "R]\n"
+    "k3ckpt COMMAND --help: that command's options and an example.\n";
 
 int run(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {

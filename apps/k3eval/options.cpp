@@ -342,7 +342,18 @@ std::string k3eval_usage() {
          "  1  regression: the run's verdict against --baseline\n"
          "  2  usage or input error: a bad option, layout, checkpoint or data file, or errors\n"
          "     found in the rank logs after the run\n"
-         "  3  internal error\n";
+         "  3  internal error\n"
+         "\nArtifacts (--artifacts-dir DIR; README.md, \"Outputs\"):\n"
+         "  .lock              held by rank 0: one job per directory\n"
+         "  command.txt        the command line; config.json: the resolved configuration\n"
+         "  logs/rank-NNNNN.log  every rank's full log, flushed line by line\n"
+         "  questions.jsonl    one line per question as it finishes (--resume reads it)\n"
+         "  requests.jsonl     --mode throughput: one line per request\n"
+         "  summary.json       metrics, verdict, collectives, speculative counts\n"
+         "  status             running, then ok, regression, error or failed (with the reason)\n"
+         "  hosts.txt          each host and its block of ranks\n"
+         "  heartbeat          rank 0's second-by-second line (with --collective-timeout)\n"
+         "  history.h5         one record per run (or --history FILE), read by k3report\n";
   return out.str();
 }
 

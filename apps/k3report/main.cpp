@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/help.h"
 #include "eval/chart.h"
 #include "eval/history.h"
 #include "common/error.h"
@@ -40,7 +41,8 @@ const char* kUsage =
     "          (an offline throughput run: its output token/s against the previous one's)\n"
     "  plot    --out FILE.svg [--checkpoint C] [--config NAME]\n"
     "          an SVG chart of accuracy and output throughput over one checkpoint and\n"
-    "          configuration (default: the latest run's)\n";
+    "          configuration (default: the latest run's)\n"
+    "k3report COMMAND --help: that command's options and an example.\n";
 
 struct Common {
   std::string history = "history.h5";
@@ -97,6 +99,13 @@ int trend(Common& c, const std::vector<std::string>& args) {
   po::options_description desc = common_options(c);
   desc.add_options()("last", po::value(&last)->value_name("N"),
                      "only the last N runs of each series");
+  if (apps::answered_help(args,
+                          {"k3report [--history FILE] trend [--checkpoint C] [--config NAME] [--last N]",
+                           "Accuracy, invalid rate, output throughput, latency and verdict per "
+                           "run of each series, with the change against the previous run.",
+                           "k3report --history artifacts/history.h5 trend --last 5"},
+                          desc))
+    return 0;
   const po::variables_map vm = parse("trend", args, desc);
   if (vm.count("last") && last == 0) throw UsageError("trend: --last must be at least 1");
   const eval::History h = eval::load_history(c.history);
@@ -113,6 +122,13 @@ int compare(Common& c, const std::vector<std::string>& args) {
   desc.add_options()("runs", po::value<std::vector<std::string>>(), "RUN_A RUN_B");
   po::positional_options_description pos;
   pos.add("runs", 2);
+  if (apps::answered_help(args,
+                          {"k3report [--history FILE] compare [RUN_A RUN_B] [--checkpoint C] [--config NAME]",
+                           "The answers that changed between two evaluations (default: the last "
+                           "two runs of the latest run's series).",
+                           "k3report --history artifacts/history.h5 compare 3 4"},
+                          desc))
+    return 0;
   const po::variables_map vm = parse("compare", args, desc, pos);
   const std::vector<std::string> runs =
       vm.count("runs") ? vm["runs"].as<std::vector<std::string>>() : std::vector<std::string>{};
@@ -145,6 +161,13 @@ int check(Common& c, const std::vector<std::string>& args) {
                      "absolute: regressed below the previous accuracy - T (default 0)")(
       "relative", po::value(&relative)->value_name("R"),
       "relative instead: regressed below the previous accuracy x R (SGLang uses 0.99)");
+  if (apps::answered_help(args,
+                          {"k3report [--history FILE] check [--tolerance T | --relative R] [--checkpoint C] [--config NAME]",
+                           "Exit 1 when the latest run regressed (its verdict, or against the "
+                           "previous run of its series).",
+                           "k3report --history artifacts/history.h5 check --relative 0.99"},
+                          desc))
+    return 0;
   const po::variables_map vm = parse("check", args, desc);
   eval::Tolerance t{eval::Tolerance::Mode::kAbsolute, 0.0};
   if (vm.count("tolerance") && vm.count("relative")) {
@@ -173,6 +196,12 @@ int plot(Common& c, const std::vector<std::string>& args) {
   po::options_description desc = common_options(c);
   desc.add_options()("out", po::value(&out)->required()->value_name("FILE.svg"),
                      "the SVG file to write");
+  if (apps::answered_help(args,
+                          {"k3report [--history FILE] plot --out FILE.svg [--checkpoint C] [--config NAME]",
+                           "An SVG chart of accuracy and output throughput over one series.",
+                           "k3report --history artifacts/history.h5 plot --out trend.svg"},
+                          desc))
+    return 0;
   const po::variables_map vm = parse("plot", args, desc);
   const eval::History h = eval::load_history(c.history);
   const eval::Series s = eval::latest_series(h, filter_of(c, vm));
@@ -200,12 +229,6 @@ int run(int argc, char** argv) {
   const std::string command = args.front();
   args.erase(args.begin());
   args.insert(args.end(), global.begin(), global.end());
-  for (const std::string& a : args) {
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-  }
   Common c;
   if (command == "trend") return trend(c, args);
   if (command == "compare") return compare(c, args);

@@ -235,6 +235,32 @@ PY
     [[ $rc -eq 2 ]] || fail "a speculators draft must exit 2, got $rc"
     grep -qF "$work/tiny/config.json: key 'speculators_model_type' is \"dspark\"" "$work/err" || fail "message: $(cat "$work/err")"
     ;;
+  help_every_command)
+    # Every subcommand of every binary answers --help with its own usage, options and an
+    # example (before checking any option, a required one included), and exits 0.
+    k3report=$(dirname "$k3eval")/k3report
+    for tool in "k3ckpt synth" "k3ckpt inspect" "k3ckpt plan" "k3ckpt tokenize" \
+                "k3report trend" "k3report compare" "k3report check" "k3report plot"; do
+      binary=$k3ckpt
+      [[ $tool == k3report* ]] && binary=$k3report
+      "$binary" ${tool#* } --help >"$work/out" 2>"$work/err"
+      rc=$?
+      [[ $rc -eq 0 ]] || fail "$tool --help: exit code $rc; $(cat "$work/err")"
+      grep -q "^usage: .*${tool#* }" "$work/out" || fail "$tool --help: no usage line: $(head -3 "$work/out")"
+      grep -qx "example:" "$work/out" || fail "$tool --help: no example"
+      grep -q -- "--" "$work/out" || fail "$tool --help: no options"
+      "$binary" ${tool#* } -h >"$work/out_h" 2>&1 && cmp -s "$work/out" "$work/out_h" || fail "$tool -h differs from --help"
+    done
+    "$k3ckpt" --help | grep -q "k3ckpt COMMAND --help" || fail "k3ckpt --help does not point at the commands' help"
+    "$k3report" --help | grep -q "k3report COMMAND --help" || fail "k3report --help does not point at the commands' help"
+    for args in "--help" "score --help" "logits --help"; do
+      run 0 $args
+      expect_rc 0
+      expect_out "Exit codes:"
+      expect_out "Artifacts (--artifacts-dir DIR"
+      expect_out "questions.jsonl"
+    done
+    ;;
   k3ckpt_tokenize)
     "$k3ckpt" synth --format hf --out "$work/hf" >/dev/null || fail "synth hf failed"
     "$k3ckpt" synth --format gguf --out "$work/gguf" --shards 2 >/dev/null || fail "synth gguf failed"
