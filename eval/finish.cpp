@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/text_file.h"
+#include "eval/lm_eval.h"
 #include "eval/log_scan.h"
 #include "eval/metrics.h"
 #include "eval/report.h"
@@ -96,6 +97,10 @@ int finish_evaluation(const RunContext& context, const std::vector<QuestionResul
     if (context.speculative) summary["speculative"] = speculative_json(*context.speculative);
     if (context.traffic) summary["collectives"] = traffic_json(*context.traffic);
     write_summary(artifacts / "summary.json", summary);
+    write_file_atomically(artifacts / "results.json",
+                          lm_eval_results(all, context.config)
+                                  .dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+                              "\n");
     write_status(artifacts / "status", status);
   }
   if (!context.history.empty()) {

@@ -350,6 +350,7 @@ std::string k3eval_usage() {
          "  questions.jsonl    one line per question as it finishes (--resume reads it)\n"
          "  requests.jsonl     --mode throughput: one line per request\n"
          "  summary.json       metrics, verdict, collectives, speculative counts\n"
+         "  results.json       GSM8K: the run as lm-evaluation-harness writes its gsm8k task\n"
          "  status             running, then ok, regression, error or failed (with the reason)\n"
          "  hosts.txt          each host and its block of ranks\n"
          "  heartbeat          rank 0's second-by-second line (with --collective-timeout)\n"

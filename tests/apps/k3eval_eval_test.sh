@@ -54,6 +54,20 @@ case $case_name in
     [[ $(wc -l <"$work/a/questions.jsonl") -eq 3 ]] || fail "questions.jsonl: $(cat "$work/a/questions.jsonl")"
     [[ $(cat "$work/a/status") == ok ]] || fail "status file: $(cat "$work/a/status")"
     grep -q '"accuracy"' "$work/a/summary.json" || fail "summary.json: $(cat "$work/a/summary.json")"
+    # results.json in lm-evaluation-harness's shape: the gsm8k task's two filters, counts, config.
+    python3 - "$work/a/results.json" "$ck" <<'PY' || fail "results.json: $(head -c 600 "$work/a/results.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+g = r["results"]["gsm8k"]
+for f in ("strict-match", "flexible-extract"):
+    assert 0 <= g["exact_match," + f] <= 1, g
+    assert isinstance(g["exact_match_stderr," + f], float), g
+assert r["n-samples"]["gsm8k"] == {"original": 3, "effective": 3}, r["n-samples"]
+assert r["n-shot"]["gsm8k"] == 5 and r["configs"]["gsm8k"]["num_fewshot"] == 5
+assert r["configs"]["gsm8k"]["generation_kwargs"]["max_gen_toks"] == 12
+assert r["config"]["model_args"] == "pretrained=" + sys.argv[2], r["config"]
+assert r["higher_is_better"]["gsm8k"]["exact_match"] is True
+PY
     # Counts that add up: completion_tokens is token_ids plus a final stop token, which
     # finish_reason names (and k3eval score re-reads every line with that check).
     python3 - "$work/a/questions.jsonl" <<'PY' || fail "completion_tokens and token_ids disagree"
