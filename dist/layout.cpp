@@ -227,6 +227,16 @@ std::string Layout::summary() const {
   return out.str();
 }
 
+std::string Layout::label() const {
+  std::string out =
+      "tp" + std::to_string(tp()) + " dp" + std::to_string(dp()) + " ep" + std::to_string(ep());
+  if (spec_.enable_dp_attention) out += " dp-attention";
+  if (spec_.enable_dp_lm_head) out += " dp-lm-head";
+  if (spec_.enable_shared_experts_attn_tp) out += " shared-experts-attn-tp";
+  if (spec_.enable_dense_mlp_attn_tp) out += " dense-mlp-attn-tp";
+  return out;
+}
+
 std::string format_members(const std::vector<int>& members) {
   if (members.empty()) return "{}";
   bool contiguous = true;

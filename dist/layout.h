@@ -108,6 +108,8 @@ class Layout {
 
   // One line: "world=64 tp=64 dp=4 (DP attention) attn_tp=16 ep=64 moe_tp=1 nodes=4x16 ...".
   std::string summary() const;
+  // The short label a run's history record keeps: "tp64 dp4 ep64 dp-attention dp-lm-head ...".
+  std::string label() const;
 
  private:
   explicit Layout(const LayoutSpec& spec);

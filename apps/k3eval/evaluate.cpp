@@ -160,16 +160,6 @@ Serving make_engine(dist::Runtime& runtime, const dist::Groups& groups, const Lo
   return serving;
 }
 
-std::string layout_name(const dist::Layout& l) {
-  const auto& s = l.spec();
-  std::string out = fmt::format("tp{} dp{} ep{}", l.tp(), l.dp(), l.ep());
-  if (s.enable_dp_attention) out += " dp-attention";
-  if (s.enable_dp_lm_head) out += " dp-lm-head";
-  if (s.enable_shared_experts_attn_tp) out += " shared-experts-attn-tp";
-  if (s.enable_dense_mlp_attn_tp) out += " dense-mlp-attn-tp";
-  return out;
-}
-
 nlohmann::json config_json(const K3evalOptions& o, const dist::Layout& layout) {
   nlohmann::json config = {{"command_line", o.command_line},
                            {"config_file", o.config_file},
@@ -219,7 +209,7 @@ eval::RunContext run_context(const K3evalOptions& o, const dist::Groups& groups,
   rec.version = K3_VERSION;
   rec.checkpoint = o.model_path;
   rec.config_name = o.config_file.empty() ? "" : fs::path(o.config_file).stem().string();
-  rec.layout = layout_name(groups.layout());
+  rec.layout = groups.layout().label();
   rec.extractor = o.answer_extractor;
   rec.num_shots = static_cast<std::uint64_t>(o.num_shots);
   context.config = std::move(config);

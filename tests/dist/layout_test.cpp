@@ -69,6 +69,12 @@ TEST(Layout, ProductionTp64Dp4Ep64Groups) {
   EXPECT_EQ(layout.vocab_shard(37).count, 16);
 }
 
+// The history record's label: the sizes and the flags that are on, in one fixed order.
+TEST(Layout, LabelNamesSizesAndFlags) {
+  EXPECT_EQ(Layout::make(production()).label(),
+            "tp64 dp4 ep64 dp-attention dp-lm-head shared-experts-attn-tp dense-mlp-attn-tp");
+}
+
 TEST(Layout, FlagsChooseTpWhenOff) {
   LayoutSpec spec = production();
   spec.enable_dp_lm_head = false;
