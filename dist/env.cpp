@@ -2,11 +2,10 @@
 
 #include <unistd.h>
 
-#include <fstream>
-
 #include <charconv>
 #include <climits>
 #include <cstdlib>
+#include <fstream>
 
 #include "common/error.h"
 

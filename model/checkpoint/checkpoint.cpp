@@ -351,7 +351,9 @@ fs::path first_gguf_file(const fs::path& path) {
 
 }  // namespace
 
-bool header_holds_config(FormatKind kind, std::size_t f) { return kind == FormatKind::kGguf && f == 0; }
+bool header_holds_config(FormatKind kind, std::size_t f) {
+  return kind == FormatKind::kGguf && f == 0;
+}
 
 std::string Checkpoint::stored_name(const std::string& logical) const {
   if (format_.kind() == FormatKind::kGguf) return gguf_name(logical, config_);

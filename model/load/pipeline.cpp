@@ -53,13 +53,18 @@ JobPlan plan_job(const std::filesystem::path& path, std::optional<FormatKind> lo
   return {std::move(checkpoint), std::move(bound)};
 }
 
-LoadResult load_rank(const JobPlan& job, const dist::Layout& layout, int rank) {
-  const LoadPlan plan = make_load_plan(job.checkpoint, job.bound.bindings, layout, rank);
-  LoadResult result = load(job.checkpoint, plan);
-  const auto problems = audit(job.checkpoint, plan, result.weights);
+LoadResult load_audited(const Checkpoint& checkpoint, const LoadPlan& plan,
+                        const ProgressFn& progress) {
+  LoadResult result = load(checkpoint, plan, progress);
+  const auto problems = audit(checkpoint, plan, result.weights);
   if (!problems.empty())
     throw InputError(problems_text("audit problem(s) after loading", problems));
   return result;
+}
+
+LoadResult load_rank(const JobPlan& job, const dist::Layout& layout, int rank) {
+  return load_audited(job.checkpoint,
+                      make_load_plan(job.checkpoint, job.bound.bindings, layout, rank));
 }
 
 RankShare share_of(const LoadPlan& plan) {

@@ -43,8 +43,12 @@ JobPlan plan_job(const std::filesystem::path& path, std::optional<FormatKind> lo
                  const dist::Layout& layout,
                  const std::function<void(const Checkpoint&)>& checks = {});
 
+// Loads `plan` and audits what was loaded against it. InputError listing the audit's problems.
+LoadResult load_audited(const Checkpoint& checkpoint, const LoadPlan& plan,
+                        const ProgressFn& progress = {});
+
 // Plans, loads and audits one rank of `layout` in this process (the reference loads rank 0 of a
-// one-rank layout). InputError listing the audit's problems.
+// one-rank layout).
 LoadResult load_rank(const JobPlan& job, const dist::Layout& layout, int rank);
 
 // Whole-checkpoint figures, known on every rank after preflight().

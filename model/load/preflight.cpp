@@ -196,12 +196,8 @@ Preflight preflight(dist::Runtime& runtime, const dist::Layout& layout,
 LoadResult load_slice(dist::Runtime& runtime, const Preflight& preflight,
                       const ProgressFn& progress) {
   std::optional<LoadResult> result;
-  runtime.collectively([&] {
-    result.emplace(load(*preflight.checkpoint, preflight.plan, progress));
-    const auto problems = audit(*preflight.checkpoint, preflight.plan, result->weights);
-    if (!problems.empty())
-      throw InputError(problems_text("audit problem(s) after loading", problems));
-  });
+  runtime.collectively(
+      [&] { result.emplace(load_audited(*preflight.checkpoint, preflight.plan, progress)); });
   return std::move(*result);
 }
 

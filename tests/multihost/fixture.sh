@@ -177,7 +177,7 @@ mh_down_names() {
 mh_down() {
   [[ -n $MH_SLOT ]] || return 0
   if [[ -n $MH_SLURM_DIR ]]; then
-    K3_SLURM_HOSTS="${MH_HOSTS[*]/%/=0}" K3_SLURM_CTLD_ADDR=0 "$mh_dir/../slurm/cluster.sh" kill "$MH_SLURM_DIR" || true
+    "$mh_dir/../slurm/cluster.sh" kill "$MH_SLURM_DIR" || true
     MH_SLURM_DIR=""
   fi
   # mpirun runs outside the namespaces; it names this fixture's hostfile on its command line.

@@ -241,10 +241,12 @@ kill_pid() {
 
 stop() {
   [[ $base == "$dir" ]] || ln -sfn "$dir" "$base"
-  local ctld slurmds=() munged jobs ids pids n pid
+  local ctld slurmds=() munged jobs ids pids file pid
   ctld=$(alive slurmctld) || ctld=
-  for n in "${nodes[@]}"; do
-    if pid=$(alive "slurmd-$n"); then slurmds+=("$pid"); fi
+  # Every slurmd this cluster started, whatever nodes the caller names: by their pid files.
+  for file in "$dir"/run/slurmd-*.pid; do
+    [[ -f $file ]] || continue
+    if pid=$(alive "$(basename "$file" .pid)"); then slurmds+=("$pid"); fi
   done
   munged=$(alive munged) || munged=
   export SLURM_CONF=$conf
