@@ -31,10 +31,8 @@
 #include "eval/runner.h"
 #include "eval/score.h"
 #include "eval/speculative.h"
-#include "model/engine/dspark.h"
 #include "eval/throughput.h"
-#include "model/engine/engine.h"
-#include "model/checkpoint/tokenizer_files.h"
+#include "model/engine/serving.h"
 
 namespace k3::apps {
 
@@ -42,38 +40,41 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Bytes this host can give each of its ranks: MemAvailable shared by the ranks of the node.
-std::uint64_t available_per_rank(const dist::Groups& groups) {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  std::uint64_t kib = 0;
-  std::string unit;
-  while (in >> key >> kib >> unit) {
-    if (key == "MemAvailable:") break;
+// The engine and drafter options of k3eval's flags (running requests: --parallel capped by
+// --max-running-requests).
+model::engine::ServingOptions serving_options(const K3evalOptions& o) {
+  model::engine::ServingOptions s;
+  s.model_path = o.model_path;
+  s.exact = o.fp32_activations;
+  s.repack_weights = !o.disable_weight_repack;
+  s.trace_layers = !o.layers_out.empty();  // only k3eval logits takes --layers-out
+  s.running_requests = std::min(o.max_running_requests, o.parallel);
+  s.slots = o.max_mamba_cache_size;
+  s.context_length = static_cast<std::size_t>(o.context_length);
+  s.speculative = !o.speculative_algorithm.empty();
+  s.speculative_block_size = o.speculative_block_size;
+  return s;
+}
+
+model::engine::ServingModel serving_model(const LoadedModel& model) {
+  model::engine::ServingModel m;
+  m.config = &model.config();
+  m.weights = &model.weights();
+  if (model.draft) {
+    m.draft_config = &model.draft.checkpoint().config();
+    m.draft_weights = &model.draft.result->weights;
+    m.draft_root = model.draft.checkpoint().root();
   }
-  return kib * 1024 / static_cast<std::uint64_t>(std::max(1, groups.node().size()));
+  return m;
 }
 
-model::engine::EngineOptions engine_options(const K3evalOptions& o,
-                                            const model::ModelConfig* draft = nullptr) {
-  model::engine::EngineOptions e;
-  if (draft) model::engine::tap_for_drafter(*draft->dspark, e);
-  e.exact = o.fp32_activations;
-  e.repack_weights = !o.disable_weight_repack;
-  e.trace_layers = !o.layers_out.empty();  // only k3eval logits takes --layers-out
-  const int running = std::min(o.max_running_requests, o.parallel);
-  e.slots = o.max_mamba_cache_size > 0 ? o.max_mamba_cache_size : running + 1;
-  e.context_length = static_cast<std::size_t>(o.context_length);
-  return e;
-}
+using model::engine::Serving;
 
-// The engine over this rank's slice and, with --speculative-algorithm dspark, the drafter
-// beside it.
-struct Serving {
-  std::unique_ptr<model::engine::Engine> engine;
-  std::unique_ptr<model::engine::Drafter> drafter;
-  int block_size = 0;  // the drafter's: --speculative-dspark-block-size, else the checkpoint's
-};
+model::engine::Serving build_serving(dist::Runtime& runtime, const dist::Groups& groups,
+                                     const LoadedModel& model,
+                                     const model::engine::ServingOptions& options) {
+  return model::engine::build_serving(runtime, groups, serving_model(model), options);
+}
 
 eval::RunnerOptions runner_options(const K3evalOptions& o, const Serving& serving) {
   eval::RunnerOptions r;
@@ -88,76 +89,6 @@ eval::RunnerOptions runner_options(const K3evalOptions& o, const Serving& servin
   r.generator.prefix_caching = !o.disable_prefix_cache;
   r.progress_bar = o.progress == "bar" || (o.progress == "auto" && dist::stdout_is_terminal());
   return r;
-}
-
-// The checkpoint's tokenizer, opened collectively (one clear error on every rank).
-model::Tokenizer open_checkpoint_tokenizer(dist::Runtime& runtime, const LoadedModel& model,
-                                           const K3evalOptions& o) {
-  std::optional<model::Tokenizer> tokenizer;
-  runtime.collectively(
-      [&] { tokenizer.emplace(model::open_tokenizer(o.model_path, model.config())); });
-  return std::move(*tokenizer);
-}
-
-// The engine over this rank's slice (and the drafter over the draft's), after checking the
-// state it will need fits in memory; it samples only ids `tokenizer` defines.
-Serving make_engine(dist::Runtime& runtime, const dist::Groups& groups, const LoadedModel& model,
-                    const K3evalOptions& o, const model::Tokenizer& tokenizer) {
-  Serving serving;
-  const bool speculative = !o.speculative_algorithm.empty() && model.draft;
-  const model::ModelConfig* draft = speculative ? &model.draft.checkpoint().config() : nullptr;
-  auto& engine = serving.engine;
-  runtime.collectively([&] {
-    auto options = engine_options(o, draft);
-    // Sample only ids the tokenizer can decode (a synthetic wide or full preset pads its model
-    // vocabulary beyond its 4352-token tokenizer).
-    const auto tokenizer_ids = static_cast<std::size_t>(tokenizer.size());
-    if (tokenizer_ids < static_cast<std::size_t>(model.config().vocab_size)) {
-      options.sampled_vocabulary = tokenizer_ids;
-      spdlog::info("the tokenizer defines {} of the model's {} token ids; the others are never "
-                   "sampled",
-                   tokenizer_ids, model.config().vocab_size);
-    }
-    auto budget = model::engine::Engine::budget(model.config(), groups.layout(), options,
-                                                model.weights().bytes());
-    const model::engine::DrafterOptions d =
-        draft ? model::engine::drafter_options(*draft->dspark, options, o.speculative_block_size)
-              : model::engine::DrafterOptions{};
-    if (draft) {
-      // The drafter's weights and every slot's draft context; what a verify round keeps of its
-      // block + 1 tokens per running sequence for the KDA layers' commit.
-      const auto block = static_cast<std::uint64_t>(d.block_size);
-      budget.weight_bytes += model.draft.result->weights.bytes();
-      budget.state_bytes +=
-          static_cast<std::uint64_t>(options.slots) * options.context_length *
-              model::engine::Drafter::context_bytes_per_token(*draft, groups.layout()) +
-          static_cast<std::uint64_t>(std::min(o.max_running_requests, o.parallel)) * (block + 1) *
-              budget.kda_verify_bytes_per_token;
-    }
-    const std::uint64_t available = available_per_rank(groups);
-    if (budget.total() > available) {
-      throw InputError(fmt::format(
-          "the engine needs {:.3f} GiB per rank ({:.3f} GiB weights + {} state slots x {} tokens "
-          "of "
-          "context = {:.3f} GiB) but this host has {:.3f} GiB available per rank: lower "
-          "--max-running-requests, --max-mamba-cache-size or --context-length",
-          gib(budget.total()), gib(budget.weight_bytes), options.slots, options.context_length,
-          gib(budget.state_bytes), gib(available)));
-    }
-    engine =
-        std::make_unique<model::engine::Engine>(model.config(), model.weights(), groups, options);
-    spdlog::debug("engine: {:.3f} GiB weights, up to {:.3f} GiB of sequence state",
-                  gib(budget.weight_bytes), gib(budget.state_bytes));
-    if (!draft) return;
-    spdlog::debug("drafter: {:.3f} GiB weights", gib(model.draft.result->weights.bytes()));
-    serving.drafter = std::make_unique<model::engine::Drafter>(
-        *draft, model.draft.result->weights, *engine, groups, d);
-    serving.block_size = d.block_size;
-    spdlog::info("speculative decoding: dspark, block size {} (verify width {}), taps of target "
-                 "layers {}",
-                 d.block_size, d.block_size + 1, fmt::join(draft->dspark->target_layer_ids, ","));
-  });
-  return serving;
 }
 
 nlohmann::json config_json(const K3evalOptions& o, const dist::Layout& layout) {
@@ -363,9 +294,9 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
 
   dist::set_stage("pre-flight and loading");
   LoadedModel model = load_model(runtime, groups, o);
-  const model::Tokenizer tokenizer = open_checkpoint_tokenizer(runtime, model, o);
+  Serving serving = build_serving(runtime, groups, model, serving_options(o));
+  const model::Tokenizer& tokenizer = serving.tokenizer;
   eval::TokenizedPrompts tokens;
-  Serving serving = make_engine(runtime, groups, model, o, tokenizer);
   auto& engine = serving.engine;
   const eval::RunnerOptions ro = runner_options(o, serving);
   runtime.collectively([&] {
@@ -474,8 +405,8 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
   }
   dist::set_stage("pre-flight and loading");
   LoadedModel model = load_model(runtime, groups, o);
-  const model::Tokenizer tokenizer = open_checkpoint_tokenizer(runtime, model, o);
-  Serving serving = make_engine(runtime, groups, model, o, tokenizer);
+  Serving serving = build_serving(runtime, groups, model, serving_options(o));
+  const model::Tokenizer& tokenizer = serving.tokenizer;
   auto& engine = serving.engine;
   eval::RunnerOptions ro = runner_options(o, serving);
   const std::size_t count =
@@ -545,11 +476,13 @@ int run_logits(dist::Runtime& runtime, const dist::Groups& groups, const K3evalO
     }
   });
   LoadedModel model = load_model(runtime, groups, o);
-  K3evalOptions one = o;
-  one.max_running_requests = 1;
-  one.max_mamba_cache_size = 1;
-  const model::Tokenizer tokenizer = open_checkpoint_tokenizer(runtime, model, o);
-  auto engine = std::move(make_engine(runtime, groups, model, one, tokenizer).engine);
+  model::engine::ServingOptions one = serving_options(o);
+  one.running_requests = 1;
+  one.slots = 1;
+  one.speculative = false;
+  Serving serving = build_serving(runtime, groups, model, one);
+  const model::Tokenizer& tokenizer = serving.tokenizer;
+  auto& engine = serving.engine;
   std::vector<std::int32_t> ids;
   runtime.collectively([&] {
     ids = tokenizer.encode(o.prompt);

@@ -11,6 +11,7 @@
 
 #include "dist/collectives.h"
 #include "model/checkpoint/format.h"
+#include "model/engine/serving.h"
 
 namespace k3::apps {
 
@@ -29,41 +30,6 @@ std::optional<model::FormatKind> parse_load_format(const std::string& name) {
     throw UsageError("--load-format '" + name + "' is not one of auto, hf, modelslim, gguf, draft");
   }
   return format;
-}
-
-// A draft is loaded beside its target only when the two fit together: it reads the target's
-// hidden states at its taps, embeds with the target's embedding and adds its Markov logits to the
-// target's LM head. Each refusal names the draft's config.json, the key and both values.
-void check_draft_fits(const model::Checkpoint& draft, const model::ModelConfig& target) {
-  const model::ModelConfig& d = draft.config();
-  if (!draft.format().has(model::Capability::kDraftModel) || !d.dspark) {
-    throw InputError(draft.root() +
-                     ": --draft-model-path needs a draft checkpoint (format draft), got format " +
-                     std::string(draft.format().name()));
-  }
-  const std::string config = (std::filesystem::path(draft.root()) / "config.json").string();
-  auto differs = [&](const char* key, int draft_value, int target_value) {
-    if (draft_value != target_value) {
-      throw InputError(config + ": draft " + key + " " + std::to_string(draft_value) +
-                       " differs from the target's " + std::to_string(target_value) +
-                       " (the draft uses the target's hidden states, embedding and LM head)");
-    }
-  };
-  differs("hidden_size", d.hidden_size, target.hidden_size);
-  differs("vocab_size", d.vocab_size, target.vocab_size);
-  for (int l : d.dspark->target_layer_ids) {
-    if (l >= target.num_hidden_layers) {
-      throw InputError(config + ": dflash_config.target_layer_ids taps target layer " +
-                       std::to_string(l) + ", but the target has " +
-                       std::to_string(target.num_hidden_layers) + " layers (0-based: at most " +
-                       std::to_string(target.num_hidden_layers - 1) + ")");
-    }
-  }
-  if (d.dspark->mask_token_id >= target.vocab_size) {
-    throw InputError(config + ": dflash_config.mask_token_id " +
-                     std::to_string(d.dspark->mask_token_id) +
-                     " is outside the target's vocabulary of " + std::to_string(target.vocab_size));
-  }
 }
 
 void log_planned(const std::string& what, const LoadedCheckpoint& c) {
@@ -154,7 +120,14 @@ LoadedModel plan_model(dist::Runtime& runtime, const dist::Groups& groups,
     draft_options.path = options.draft_model_path;
     draft_options.load_format = model::FormatKind::kDraft;
     const model::ModelConfig& target = out.config();
-    draft_options.checks = [&](const model::Checkpoint& ck) { check_draft_fits(ck, target); };
+    draft_options.checks = [&](const model::Checkpoint& ck) {
+      if (!ck.format().has(model::Capability::kDraftModel)) {
+        throw InputError(ck.root() +
+                         ": --draft-model-path needs a draft checkpoint (format draft), got format " +
+                         std::string(ck.format().name()));
+      }
+      model::engine::check_draft_fits(ck.config(), ck.root(), target);
+    };
     out.draft.preflight.emplace(model::preflight(runtime, layout, draft_options));
     log_planned("draft", out.draft);
   }
