@@ -93,88 +93,116 @@ bool starts_with(const std::vector<std::int32_t>& prompt, const std::vector<std:
   return prompt.size() > prefix.size() && std::equal(prefix.begin(), prefix.end(), prompt.begin());
 }
 
-}  // namespace
+// One Generator::run: the sequences in flight and the steps that advance them. Each step admits
+// requests into free slots, lays out the batch (decode rows first, then prompt chunks), agrees
+// with every rank whether any group has work, drafts, steps the engine, and applies the sampled
+// tokens.
+class GenerationRun {
+ public:
+  GenerationRun(Engine& engine, const dist::Groups& groups, const GeneratorOptions& options,
+                const std::vector<std::vector<std::int32_t>>& prefixes,
+                std::span<const Request> requests, const Generator::TokenFn& on_token,
+                const Generator::DoneFn& on_done, const Generator::ProgressFn& on_progress)
+      : engine_(engine),
+        groups_(groups),
+        options_(options),
+        prefixes_(prefixes),
+        requests_(requests),
+        on_token_(on_token),
+        on_done_(on_done),
+        on_progress_(on_progress),
+        drafter_(options.drafter) {}
 
-GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& on_token,
-                              const DoneFn& on_done, const ProgressFn& on_progress) {
-  const auto t0 = Clock::now();
-  auto now = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-  GeneratorStats stats;
-  DraftSource* const drafter = options_.drafter;
-  const int slots = engine_.options().slots;
-  const int prefix_slots = static_cast<int>(prefixes_.size());
+  GeneratorStats run() {
+    start_prefixes();
+    while (true) {
+      admit();
+      lay_out_batch();
+      if (!agree_on_work()) break;
+      if (drafter_) draft();
+      const StepResult result = step();
+      apply(result);
+      retire();
+    }
+    stats_.seconds = now();
+    return stats_;
+  }
+
+ private:
+  double now() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
+  int prefix_slots() const { return static_cast<int>(prefixes_.size()); }
 
   // Prefix snapshots first, each in its own slot; requests wait until all are computed.
-  std::vector<Sequence> prefills;
-  for (int i = 0; i < prefix_slots; ++i) {
-    Sequence s;
-    s.prompt = &prefixes_[static_cast<std::size_t>(i)];
-    s.slot = i;
-    engine_.reset_slot(i);
-    if (drafter) drafter->reset_slot(i);
-    prefills.push_back(std::move(s));
-  }
-  std::deque<int> free_slots;
-  for (int s = prefix_slots; s < slots; ++s) free_slots.push_back(s);
-
-  std::vector<Sequence> running;  // admitted requests, in admission order
-  std::size_t next_request = 0;
-  bool nonfinite = false;
-  std::uint64_t finished = 0, generated = 0;  // by this DP group
-  std::vector<StepSequence> batch;
-  std::vector<Sequence*> batch_seq;
-
-  while (true) {
-    const bool prefixes_ready = prefills.empty();
-    while (prefixes_ready && next_request < requests.size() &&
-           static_cast<int>(running.size()) < options_.max_running_requests &&
-           !free_slots.empty()) {
+  void start_prefixes() {
+    for (int i = 0; i < prefix_slots(); ++i) {
       Sequence s;
-      s.request = &requests[next_request++];
+      s.prompt = &prefixes_[static_cast<std::size_t>(i)];
+      s.slot = i;
+      engine_.reset_slot(i);
+      if (drafter_) drafter_->reset_slot(i);
+      prefills_.push_back(std::move(s));
+    }
+    for (int s = prefix_slots(); s < engine_.options().slots; ++s) free_slots_.push_back(s);
+  }
+
+  // The longest registered prefix `prompt` starts with, or -1.
+  int longest_prefix(const std::vector<std::int32_t>& prompt) const {
+    int best = -1;
+    for (int p = 0; p < prefix_slots(); ++p) {
+      const auto& prefix = prefixes_[static_cast<std::size_t>(p)];
+      if (starts_with(prompt, prefix) &&
+          (best < 0 || prefix.size() > prefixes_[static_cast<std::size_t>(best)].size())) {
+        best = p;
+      }
+    }
+    return best;
+  }
+
+  void admit() {
+    if (!prefills_.empty()) return;
+    while (next_request_ < requests_.size() &&
+           static_cast<int>(running_.size()) < options_.max_running_requests &&
+           !free_slots_.empty()) {
+      Sequence s;
+      s.request = &requests_[next_request_++];
       s.prompt = &s.request->prompt;
-      s.slot = free_slots.front();
-      free_slots.pop_front();
+      s.slot = free_slots_.front();
+      free_slots_.pop_front();
       s.completion.id = s.request->id;
       s.completion.prompt_tokens = s.prompt->size();
       s.completion.admitted_s = now();
-      // The longest registered prefix this prompt starts with.
-      int best = -1;
-      for (int p = 0; p < prefix_slots; ++p) {
-        const auto& prefix = prefixes_[static_cast<std::size_t>(p)];
-        if (starts_with(*s.prompt, prefix) &&
-            (best < 0 || prefix.size() > prefixes_[static_cast<std::size_t>(best)].size())) {
-          best = p;
-        }
-      }
+      const int best = longest_prefix(*s.prompt);
       if (best >= 0) {
         engine_.copy_slot(best, s.slot);
-        if (drafter) drafter->copy_slot(best, s.slot);
+        if (drafter_) drafter_->copy_slot(best, s.slot);
         s.fed = prefixes_[static_cast<std::size_t>(best)].size();
         s.completion.cached_prompt_tokens = s.fed;
-        stats.cached_tokens += s.fed;
+        stats_.cached_tokens += s.fed;
       } else {
         engine_.reset_slot(s.slot);
-        if (drafter) drafter->reset_slot(s.slot);
+        if (drafter_) drafter_->reset_slot(s.slot);
       }
-      running.push_back(std::move(s));
+      running_.push_back(std::move(s));
     }
+  }
 
-    // This step: every decoding sequence's last token (with a drafter: its verify block, filled
-    // in once the drafter has proposed), then prompt chunks within the budget.
-    batch.clear();
-    batch_seq.clear();
-    for (Sequence& s : running) {
+  // This step: every decoding sequence's last token (with a drafter: its verify block, filled
+  // in once the drafter has proposed), then prompt chunks within the budget.
+  void lay_out_batch() {
+    batch_.clear();
+    batch_seq_.clear();
+    for (Sequence& s : running_) {
       if (!s.decoding) continue;
       StepSequence step;
       step.slot = s.slot;
       step.tokens = std::span<const std::int32_t>(&s.generated.back(), 1);
-      step.output = drafter ? StepSequence::Output::kEveryToken : StepSequence::Output::kNextToken;
-      step.speculative = drafter != nullptr;
+      step.output = drafter_ ? StepSequence::Output::kEveryToken : StepSequence::Output::kNextToken;
+      step.speculative = drafter_ != nullptr;
       step.sampling = s.request->sampling;
-      batch.push_back(step);
-      batch_seq.push_back(&s);
+      batch_.push_back(step);
+      batch_seq_.push_back(&s);
     }
-    const std::size_t verifying = drafter ? batch.size() : 0;
+    verifying_ = drafter_ ? batch_.size() : 0;
     // A prompt is fed in chunks that end at multiples of chunked_prefill_size (or at its end),
     // whatever else shares the step: a sequence's chunks, and so its numbers, never depend on
     // its batch (KDA's chunked form and MLA's blocks follow the chunk boundaries). A chunk that
@@ -198,167 +226,211 @@ GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& 
       step.output =
           completes && s.request ? StepSequence::Output::kNextToken : StepSequence::Output::kNone;
       if (s.request) step.sampling = s.request->sampling;
-      batch.push_back(step);
-      batch_seq.push_back(&s);
+      batch_.push_back(step);
+      batch_seq_.push_back(&s);
     };
-    for (Sequence& s : prefills) add_prefill(s);
-    for (Sequence& s : running) add_prefill(s);
+    for (Sequence& s : prefills_) add_prefill(s);
+    for (Sequence& s : running_) add_prefill(s);
+  }
 
-    dist::set_stage_step(stats.steps + 1);  // for the watchdog
-    const bool work = !batch.empty() || next_request < requests.size() || !running.empty();
-    // One allreduce per step: who has work, broken logits, and the progress counters. Only the
-    // first rank of each attention-TP group counts progress, so each group counts once.
+  // One allreduce per step: who has work, broken logits, and the progress counters. Only the
+  // first rank of each attention-TP group counts progress, so each group counts once. False
+  // when no DP group has work left.
+  bool agree_on_work() {
+    dist::set_stage_step(stats_.steps + 1);  // for the watchdog
+    const bool work = !batch_.empty() || next_request_ < requests_.size() || !running_.empty();
     const bool leader = groups_.attn_tp().rank() == 0;
     std::array<std::uint64_t, 7> flags = {work ? 1u : 0u,
-                                          nonfinite ? 1u : 0u,
-                                          leader ? finished : 0u,
-                                          leader ? generated : 0u,
-                                          leader ? stats.verify_rounds : 0u,
-                                          leader ? stats.drafted_tokens : 0u,
-                                          leader ? stats.accepted_drafts : 0u};
+                                          nonfinite_ ? 1u : 0u,
+                                          leader ? finished_ : 0u,
+                                          leader ? generated_ : 0u,
+                                          leader ? stats_.verify_rounds : 0u,
+                                          leader ? stats_.drafted_tokens : 0u,
+                                          leader ? stats_.accepted_drafts : 0u};
     {
       const dist::TrafficScope traffic(dist::Traffic::kDpSync);
       dist::allreduce(groups_.world(), std::span<std::uint64_t>(flags), dist::ReduceOp::kSum);
     }
-    if (on_progress && stats.steps > 0) {
-      on_progress({flags[2], flags[3], stats.steps, flags[4], flags[5], flags[6]});
+    if (on_progress_ && stats_.steps > 0) {
+      on_progress_({flags[2], flags[3], stats_.steps, flags[4], flags[5], flags[6]});
     }
     if (flags[1]) {
       throw InputError(
           "the model produced non-finite logits (NaN or infinity); the checkpoint's "
           "weights or scales are broken");
     }
-    if (!flags[0]) break;
+    return flags[0] != 0;
+  }
 
-    if (drafter) {
-      // Every rank drafts once per step, its DP group's decoding sequences or none. A round
-      // feeds no more drafts than the request could still use (so never past its context).
-      std::vector<DraftRequest> drafts(verifying);
-      for (std::size_t i = 0; i < verifying; ++i) {
-        const Sequence& s = *batch_seq[i];
-        drafts[i] = {s.slot, s.generated.back(), s.request->sampling};
-      }
-      const auto proposed = [&] {
-        const dist::TrafficScope traffic(dist::Traffic::kDraft);
-        return drafter->propose(drafts);
-      }();
-      for (std::size_t i = 0; i < verifying; ++i) {
-        Sequence& s = *batch_seq[i];
-        const std::size_t room = s.request->max_new_tokens - s.generated.size();
-        const std::size_t fed = std::min(proposed[i].size(), room > 0 ? room - 1 : 0);
-        s.block.assign(1, s.generated.back());
-        s.block.insert(s.block.end(), proposed[i].begin(),
-                       proposed[i].begin() + static_cast<std::ptrdiff_t>(fed));
-        batch[i].tokens = s.block;
+  // Every rank drafts once per step, its DP group's decoding sequences or none. A round feeds
+  // no more drafts than the request could still use (so never past its context).
+  void draft() {
+    std::vector<DraftRequest> drafts(verifying_);
+    for (std::size_t i = 0; i < verifying_; ++i) {
+      const Sequence& s = *batch_seq_[i];
+      drafts[i] = {s.slot, s.generated.back(), s.request->sampling};
+    }
+    const auto proposed = [&] {
+      const dist::TrafficScope traffic(dist::Traffic::kDraft);
+      return drafter_->propose(drafts);
+    }();
+    for (std::size_t i = 0; i < verifying_; ++i) {
+      Sequence& s = *batch_seq_[i];
+      const std::size_t room = s.request->max_new_tokens - s.generated.size();
+      const std::size_t fed = std::min(proposed[i].size(), room > 0 ? room - 1 : 0);
+      s.block.assign(1, s.generated.back());
+      s.block.insert(s.block.end(), proposed[i].begin(),
+                     proposed[i].begin() + static_cast<std::ptrdiff_t>(fed));
+      batch_[i].tokens = s.block;
+    }
+  }
+
+  // The engine's step; the first rank of the attention-TP group decides every sampled token for
+  // its group.
+  StepResult step() {
+    StepResult result = engine_.step(batch_);
+    ++stats_.steps;
+    nonfinite_ = result.nonfinite_logits > 0;
+    if (groups_.attn_tp().size() <= 1 || result.next.empty()) return result;
+    const dist::TrafficScope traffic(dist::Traffic::kLmHead);
+    dist::bcast(groups_.attn_tp(), std::span<std::int32_t>(result.next), 0);
+    if (verifying_ > 0) {
+      std::vector<std::int32_t> flat;
+      for (std::size_t i = 0; i < verifying_; ++i)
+        flat.insert(flat.end(), result.every[i].begin(), result.every[i].end());
+      dist::bcast(groups_.attn_tp(), std::span<std::int32_t>(flat), 0);
+      for (std::size_t i = 0, at = 0; i < verifying_; at += result.every[i].size(), ++i)
+        std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), result.every[i].size(),
+                    result.every[i].begin());
+    }
+    return result;
+  }
+
+  // One sampled token of a request: a stop token, a stop string or the length ends it.
+  // Returns false once the request has finished.
+  bool emit(Sequence& s, std::int32_t token) {
+    Completion& c = s.completion;
+    if (c.completion_tokens == 0) c.first_token_s = now();
+    ++c.completion_tokens;
+    ++generated_;
+    ++stats_.generated_tokens;
+    const auto& stops = s.request->stop_tokens;
+    std::optional<Completion::Finish> finish;
+    if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
+      finish = Completion::Finish::kStopToken;
+    } else {
+      s.generated.push_back(token);
+      if (on_token_ && !on_token_(*s.request, s.generated)) {
+        finish = Completion::Finish::kStopped;
+      } else if (s.generated.size() >= s.request->max_new_tokens) {
+        finish = Completion::Finish::kLength;
       }
     }
+    if (!finish) return true;
+    c.finish = *finish;
+    c.tokens = s.generated;
+    c.finished_s = now();
+    ++finished_;
+    const Request& done = *s.request;
+    s.request = nullptr;  // marks it for removal by retire()
+    if (on_done_) on_done_(done, c);
+    return false;
+  }
 
-    StepResult result = engine_.step(batch);
-    ++stats.steps;
-    nonfinite = result.nonfinite_logits > 0;
-    // The first rank of the attention-TP group decides every sampled token for its group.
-    if (groups_.attn_tp().size() > 1 && !result.next.empty()) {
-      const dist::TrafficScope traffic(dist::Traffic::kLmHead);
-      dist::bcast(groups_.attn_tp(), std::span<std::int32_t>(result.next), 0);
-      if (verifying > 0) {
-        std::vector<std::int32_t> flat;
-        for (std::size_t i = 0; i < verifying; ++i)
-          flat.insert(flat.end(), result.every[i].begin(), result.every[i].end());
-        dist::bcast(groups_.attn_tp(), std::span<std::int32_t>(flat), 0);
-        for (std::size_t i = 0, at = 0; i < verifying; at += result.every[i].size(), ++i)
-          std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), result.every[i].size(),
-                      result.every[i].begin());
-      }
+  // A round: keep the drafts the target agrees with and its own next token after them.
+  void apply_round(Sequence& s, const std::vector<std::int32_t>& verified,
+                   std::span<const float> taps, std::size_t tap_width) {
+    const std::span<const std::int32_t> fed(s.block);
+    const std::size_t accepted = accepted_drafts(fed.subspan(1), verified);
+    engine_.commit(s.slot, accepted + 1);
+    drafter_->extend(s.slot, taps.first((accepted + 1) * tap_width), accepted + 1);
+    ++stats_.verify_rounds;
+    stats_.drafted_tokens += fed.size() - 1;
+    stats_.accepted_drafts += accepted;
+    stats_.decode_tokens += fed.size();
+    for (std::size_t k = 0; k <= accepted; ++k) {
+      const std::int32_t token = k < accepted ? fed[k + 1] : verified[accepted];
+      if (!emit(s, token)) break;
     }
+  }
 
-    // One sampled token of a request: a stop token, a stop string or the length ends it.
-    // Returns false once the request has finished.
-    auto emit = [&](Sequence& s, std::int32_t token) {
-      Completion& c = s.completion;
-      if (c.completion_tokens == 0) c.first_token_s = now();
-      ++c.completion_tokens;
-      ++generated;
-      ++stats.generated_tokens;
-      const auto& stops = s.request->stop_tokens;
-      std::optional<Completion::Finish> finish;
-      if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
-        finish = Completion::Finish::kStopToken;
-      } else {
-        s.generated.push_back(token);
-        if (on_token && !on_token(*s.request, s.generated)) {
-          finish = Completion::Finish::kStopped;
-        } else if (s.generated.size() >= s.request->max_new_tokens) {
-          finish = Completion::Finish::kLength;
-        }
-      }
-      if (!finish) return true;
-      c.finish = *finish;
-      c.tokens = s.generated;
-      c.finished_s = now();
-      ++finished;
-      const Request& done = *s.request;
-      s.request = nullptr;  // marks it for removal below
-      if (on_done) on_done(done, c);
-      return false;
-    };
-
+  void apply(const StepResult& result) {
     // With a drafter every fed row comes back with its taps, [rows, taps x hidden].
-    const std::size_t tap_width = drafter ? drafter->tap_width() : 0;
-    if (drafter) {
+    const std::size_t tap_width = drafter_ ? drafter_->tap_width() : 0;
+    if (drafter_) {
       std::size_t rows = 0;
-      for (const StepSequence& b : batch) rows += b.tokens.size();
+      for (const StepSequence& b : batch_) rows += b.tokens.size();
       if (result.taps.size() != rows * tap_width) {
         throw InternalError("generator: the engine does not tap the layers the drafter reads");
       }
     }
     std::size_t row = 0;  // the batch entry's first row in result.taps
-    for (std::size_t i = 0; i < batch.size(); row += batch[i].tokens.size(), ++i) {
-      Sequence& s = *batch_seq[i];
-      auto taps_of = [&](std::size_t rows) {
-        return std::span<const float>(result.taps).subspan(row * tap_width, rows * tap_width);
-      };
-      if (i < verifying) {
-        // A round: keep the drafts the target agrees with and its own next token after them.
-        const std::span<const std::int32_t> fed(s.block);
-        const std::vector<std::int32_t>& verified = result.every[i];
-        const std::size_t accepted = accepted_drafts(fed.subspan(1), verified);
-        engine_.commit(s.slot, accepted + 1);
-        drafter->extend(s.slot, taps_of(accepted + 1), accepted + 1);
-        ++stats.verify_rounds;
-        stats.drafted_tokens += fed.size() - 1;
-        stats.accepted_drafts += accepted;
-        stats.decode_tokens += fed.size();
-        for (std::size_t k = 0; k <= accepted; ++k) {
-          const std::int32_t token = k < accepted ? fed[k + 1] : verified[accepted];
-          if (!emit(s, token)) break;
-        }
+    for (std::size_t i = 0; i < batch_.size(); row += batch_[i].tokens.size(), ++i) {
+      Sequence& s = *batch_seq_[i];
+      const std::size_t rows = batch_[i].tokens.size();
+      const auto taps = std::span<const float>(result.taps).subspan(row * tap_width, rows * tap_width);
+      if (i < verifying_) {
+        apply_round(s, result.every[i], taps, tap_width);
         continue;
       }
       if (!s.decoding) {
-        s.fed += batch[i].tokens.size();
-        stats.prefill_tokens += batch[i].tokens.size();
-        if (drafter) drafter->extend(s.slot, taps_of(batch[i].tokens.size()), batch[i].tokens.size());
+        s.fed += rows;
+        stats_.prefill_tokens += rows;
+        if (drafter_) drafter_->extend(s.slot, taps, rows);
         if (s.fed == s.prompt->size()) s.decoding = true;
       } else {
-        ++stats.decode_tokens;
+        ++stats_.decode_tokens;
       }
       if (result.next[i] < 0 || !s.request) continue;
       emit(s, result.next[i]);
     }
-    prefills.erase(std::remove_if(prefills.begin(), prefills.end(),
-                                  [](const Sequence& s) { return s.decoding; }),
-                   prefills.end());
-    for (auto it = running.begin(); it != running.end();) {
+  }
+
+  // Finished prefixes leave the prefill list; finished requests give back their slots.
+  void retire() {
+    prefills_.erase(std::remove_if(prefills_.begin(), prefills_.end(),
+                                   [](const Sequence& s) { return s.decoding; }),
+                    prefills_.end());
+    for (auto it = running_.begin(); it != running_.end();) {
       if (it->request == nullptr) {
-        free_slots.push_back(it->slot);
-        it = running.erase(it);
+        free_slots_.push_back(it->slot);
+        it = running_.erase(it);
       } else {
         ++it;
       }
     }
   }
-  stats.seconds = now();
-  return stats;
+
+  Engine& engine_;
+  const dist::Groups& groups_;
+  const GeneratorOptions& options_;
+  const std::vector<std::vector<std::int32_t>>& prefixes_;
+  std::span<const Request> requests_;
+  const Generator::TokenFn& on_token_;
+  const Generator::DoneFn& on_done_;
+  const Generator::ProgressFn& on_progress_;
+  DraftSource* const drafter_;
+  const Clock::time_point t0_ = Clock::now();
+
+  GeneratorStats stats_;
+  std::vector<Sequence> prefills_;  // prefix snapshots being computed
+  std::vector<Sequence> running_;   // admitted requests, in admission order
+  std::deque<int> free_slots_;
+  std::size_t next_request_ = 0;
+  bool nonfinite_ = false;
+  std::uint64_t finished_ = 0, generated_ = 0;  // by this DP group
+  std::vector<StepSequence> batch_;
+  std::vector<Sequence*> batch_seq_;
+  std::size_t verifying_ = 0;  // the batch's first entries that are verify rounds
+};
+
+}  // namespace
+
+GeneratorStats Generator::run(std::span<const Request> requests, const TokenFn& on_token,
+                              const DoneFn& on_done, const ProgressFn& on_progress) {
+  return GenerationRun(engine_, groups_, options_, prefixes_, requests, on_token, on_done,
+                       on_progress)
+      .run();
 }
 
 }  // namespace k3::model::engine
