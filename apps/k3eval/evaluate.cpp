@@ -235,6 +235,88 @@ std::vector<std::size_t> bcast_ids(const dist::Groups& groups, std::vector<std::
   return {wire.begin(), wire.end()};
 }
 
+// Everything an evaluation reads before the model: the data and its prompts, the baseline and,
+// with --resume, the questions already finished (every rank gets their ids).
+struct EvaluationInputs {
+  eval::PromptSet prompts;
+  std::optional<eval::Baseline> baseline;
+  eval::ResultsFile resumed;
+  std::vector<std::size_t> done;
+};
+
+EvaluationInputs read_inputs(dist::Runtime& runtime, const dist::Groups& groups,
+                             const K3evalOptions& o) {
+  const bool root = runtime.rank() == 0;
+  const fs::path questions_file = fs::path(o.artifacts_dir) / "questions.jsonl";
+  EvaluationInputs in;
+  runtime.collectively([&] {
+    const std::vector<eval::Question> data = eval::read_gsm8k(o.data_path);
+    eval::PromptOptions po;
+    po.num_shots = static_cast<std::size_t>(o.num_shots);
+    po.num_questions = static_cast<std::size_t>(o.num_questions);
+    po.exclude_shot_questions = o.exclude_shot_questions;
+    in.prompts = eval::build_prompts(data, po, o.data_path);
+    std::vector<std::size_t> ids;
+    for (const auto& p : in.prompts.prompts) ids.push_back(p.id);
+    if (!o.baseline.empty()) {
+      in.baseline = eval::read_baseline(o.baseline);
+      eval::check_baseline_fits(*in.baseline, ids);
+    }
+    if (root && o.resume && fs::exists(questions_file)) {
+      check_resume_matches(fs::path(o.artifacts_dir) / "config.json",
+                           config_json(o, groups.layout()));
+      in.resumed = eval::read_results(questions_file);
+      for (const auto& r : in.resumed.results) {
+        if (std::find(ids.begin(), ids.end(), r.id) == ids.end()) {
+          throw InputError(questions_file.string() + ": question " + std::to_string(r.id) +
+                           " is not one this configuration evaluates (--resume needs the same "
+                           "--data-path, --num-shots, --num-questions)");
+        }
+      }
+    }
+  });
+  if (root && in.resumed.warning) spdlog::warn("{}", *in.resumed.warning);
+  for (const auto& r : in.resumed.results) in.done.push_back(r.id);
+  in.done = bcast_ids(groups, in.done);
+  if (o.resume)
+    spdlog::info("--resume: {} of {} questions already finished", in.done.size(),
+                 in.prompts.prompts.size());
+  return in;
+}
+
+// Collective: the generation's token counts of every DP group summed, logged, and the
+// speculative counts among them. Each DP group counts its own tokens and speculative rounds, the
+// same on all its ranks: the job's totals add one rank of every DP group, which is what the
+// attn-dp group holds (rank 0's sums are the group leaders', attn-tp rank 0 of each group).
+eval::SpeculativeMetrics log_generation(const dist::Groups& groups,
+                                        const model::engine::GeneratorStats& stats) {
+  std::array<std::uint64_t, 7> totals = {stats.prefill_tokens,   stats.cached_tokens,
+                                         stats.decode_tokens,    stats.generated_tokens,
+                                         stats.verify_rounds,    stats.drafted_tokens,
+                                         stats.accepted_drafts};
+  dist::allreduce(groups.attn_dp(), std::span<std::uint64_t>(totals), dist::ReduceOp::kSum);
+  const eval::SpeculativeMetrics speculative{totals[4], totals[5], totals[6]};
+  spdlog::info(
+      "generation: {} steps, {} prompt tokens computed, {} reused from the prefix cache, {} "
+      "tokens generated ({} in decode steps, the rest each request's first), over {} DP "
+      "group(s){}",
+      stats.steps, totals[0], totals[1], totals[3], totals[2], groups.layout().dp(),
+      eval::format_accept_suffix(speculative));
+  return speculative;
+}
+
+// The faults the lost-host tests inject after the warm-up: --debug-kill-rank, --debug-stop-rank.
+void inject_faults(const K3evalOptions& o, int rank) {
+  if (o.debug_kill_rank && *o.debug_kill_rank == rank) {
+    spdlog::warn("injected SIGKILL (--debug-kill-rank {})", *o.debug_kill_rank);
+    std::raise(SIGKILL);
+  }
+  if (o.debug_stop_rank && *o.debug_stop_rank == rank) {
+    spdlog::warn("injected SIGSTOP (--debug-stop-rank {})", *o.debug_stop_rank);
+    std::raise(SIGSTOP);
+  }
+}
+
 }  // namespace
 
 int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3evalOptions& o) {
@@ -246,43 +328,11 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
       throw UsageError("the evaluation needs --model-path (see k3eval --help)");
   });
 
-  // Everything that can be checked without the model first: data, prompts, baseline, resume.
-  std::vector<eval::Question> data;
-  eval::PromptSet prompts;
-  std::optional<eval::Baseline> baseline;
-  eval::ResultsFile resumed;
-  runtime.collectively([&] {
-    data = eval::read_gsm8k(o.data_path);
-    eval::PromptOptions po;
-    po.num_shots = static_cast<std::size_t>(o.num_shots);
-    po.num_questions = static_cast<std::size_t>(o.num_questions);
-    po.exclude_shot_questions = o.exclude_shot_questions;
-    prompts = eval::build_prompts(data, po, o.data_path);
-    std::vector<std::size_t> ids;
-    for (const auto& p : prompts.prompts) ids.push_back(p.id);
-    if (!o.baseline.empty()) {
-      baseline = eval::read_baseline(o.baseline);
-      eval::check_baseline_fits(*baseline, ids);
-    }
-    if (root && o.resume && fs::exists(questions_file)) {
-      check_resume_matches(artifacts / "config.json", config_json(o, groups.layout()));
-      resumed = eval::read_results(questions_file);
-      for (const auto& r : resumed.results) {
-        if (std::find(ids.begin(), ids.end(), r.id) == ids.end()) {
-          throw InputError(questions_file.string() + ": question " + std::to_string(r.id) +
-                           " is not one this configuration evaluates (--resume needs the same "
-                           "--data-path, --num-shots, --num-questions)");
-        }
-      }
-    }
-  });
-  if (root && resumed.warning) spdlog::warn("{}", *resumed.warning);
-  std::vector<std::size_t> done;
-  for (const auto& r : resumed.results) done.push_back(r.id);
-  done = bcast_ids(groups, done);
-  if (o.resume)
-    spdlog::info("--resume: {} of {} questions already finished", done.size(),
-                 prompts.prompts.size());
+  const EvaluationInputs inputs = read_inputs(runtime, groups, o);
+  const eval::PromptSet& prompts = inputs.prompts;
+  const eval::ResultsFile& resumed = inputs.resumed;
+  const std::optional<eval::Baseline>& baseline = inputs.baseline;
+  const std::vector<std::size_t>& done = inputs.done;
 
   if (root && !artifacts.empty()) {
     fs::create_directories(artifacts);
@@ -312,14 +362,7 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
   dist::set_stage("warm-up");
   const std::string smoke = eval::warm_up(*engine, groups, tokenizer, tokens, ro);
   spdlog::info("warm-up and smoke request done; smoke completion: {:?}", smoke);
-  if (o.debug_kill_rank && *o.debug_kill_rank == runtime.rank()) {
-    spdlog::warn("injected SIGKILL (--debug-kill-rank {})", *o.debug_kill_rank);
-    std::raise(SIGKILL);
-  }
-  if (o.debug_stop_rank && *o.debug_stop_rank == runtime.rank()) {
-    spdlog::warn("injected SIGSTOP (--debug-stop-rank {})", *o.debug_stop_rank);
-    std::raise(SIGSTOP);
-  }
+  inject_faults(o, runtime.rank());
 
   std::optional<eval::ResultsWriter> writer;
   if (root && !artifacts.empty()) {
@@ -342,21 +385,7 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
       eval::run_gsm8k(*engine, groups, tokenizer, prompts, tokens, done, ro, on_result);
   const std::optional<eval::TrafficRun> traffic =
       traffic_run(groups, traffic_before, outcome.latency_s, outcome.stats.steps);
-  // Each DP group counts its own tokens and speculative rounds, the same on all its ranks: the
-  // job's totals add one rank of every DP group, which is what the attn-dp group holds (rank 0's
-  // sums are the group leaders', attn-tp rank 0 of each group).
-  std::array<std::uint64_t, 7> tokens_done = {
-      outcome.stats.prefill_tokens,   outcome.stats.cached_tokens, outcome.stats.decode_tokens,
-      outcome.stats.generated_tokens, outcome.stats.verify_rounds, outcome.stats.drafted_tokens,
-      outcome.stats.accepted_drafts};
-  dist::allreduce(groups.attn_dp(), std::span<std::uint64_t>(tokens_done), dist::ReduceOp::kSum);
-  const eval::SpeculativeMetrics speculative{tokens_done[4], tokens_done[5], tokens_done[6]};
-  spdlog::info(
-      "generation: {} steps, {} prompt tokens computed, {} reused from the prefix cache, {} "
-      "tokens generated ({} in decode steps, the rest each request's first), over {} DP "
-      "group(s){}",
-      outcome.stats.steps, tokens_done[0], tokens_done[1], tokens_done[3], tokens_done[2],
-      groups.layout().dp(), eval::format_accept_suffix(speculative));
+  const eval::SpeculativeMetrics speculative = log_generation(groups, outcome.stats);
 
   dist::set_stage("reporting");
   // Every rank's log is complete before rank 0 scans them.

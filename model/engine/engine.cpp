@@ -58,24 +58,25 @@ Linear detail::product_matrix(const quant::MatrixView& view, bool mapped, bool e
   return out;
 }
 
+Linear Engine::Impl::product(const Weight* w) const {
+  return product_matrix(w->view(), w->mapped(), opt.exact, opt.repack_weights);
+}
+
+ParallelMlp Engine::Impl::glu(const MlpWeights<const Weight*>& w, dist::GroupKind group) const {
+  return ParallelMlp(product(w.gate_proj), product(w.up_proj), product(w.down_proj),
+                     RowGroup(groups, group), static_cast<float>(c.situ_beta),
+                     static_cast<float>(c.situ_linear_beta));
+}
+
+RowParallelLinear Engine::Impl::over_attn_tp(const Weight* w) const {
+  return RowParallelLinear(product(w), groups.attn_tp());
+}
+
 Engine::Impl::Impl(const ModelConfig& config, const WeightStore& ws, const dist::Groups& g,
                    const EngineOptions& o)
     : c(config), opt(o), groups(g), layout(g.layout()) {
   if (c.is_draft()) throw InternalError("engine: a draft model cannot run as the main model");
   if (opt.slots <= 0) throw UsageError("engine: at least one sequence slot is needed");
-  const bool exact = opt.exact;
-  auto lin = [&](const Weight* w) {
-    return product_matrix(w->view(), w->mapped(), exact, opt.repack_weights);
-  };
-  auto vec = [&](const Weight* w) { return w->floats(); };
-  const float beta = static_cast<float>(c.situ_beta);
-  const float linear_beta = static_cast<float>(c.situ_linear_beta);
-  auto glu = [&](const MlpWeights<const Weight*>& w, dist::GroupKind group) {
-    return ParallelMlp(lin(w.gate_proj), lin(w.up_proj), lin(w.down_proj), RowGroup(groups, group),
-                       beta, linear_beta);
-  };
-  auto over_attn_tp = [&](const Weight* w) { return RowParallelLinear(lin(w), groups.attn_tp()); };
-
   hidden = static_cast<std::size_t>(c.hidden_size);
   nope_dim = static_cast<std::size_t>(c.qk_nope_head_dim);
   rope_dim = static_cast<std::size_t>(c.qk_rope_head_dim);
@@ -94,101 +95,109 @@ Engine::Impl::Impl(const ModelConfig& config, const WeightStore& ws, const dist:
                                      static_cast<std::size_t>(w.embed_tokens->box.begin.at(0)),
                                      groups.attn_tp());
   lm_head =
-      VocabParallelLmHead(lin(w.lm_head), static_cast<std::size_t>(w.lm_head->box.begin.at(0)),
+      VocabParallelLmHead(product(w.lm_head), static_cast<std::size_t>(w.lm_head->box.begin.at(0)),
                           RowGroup(groups, layout.lm_head_group()));
-  final_norm = vec(w.norm);
-  output_res_score = vec(*w.output_attn_res_score);
+  final_norm = w.norm->floats();
+  output_res_score = (*w.output_attn_res_score)->floats();
 
   for (const LayerWeights<const Weight*>& lw : w.layers) {
     Layer L;
-    L.input_norm = vec(lw.input_layernorm);
-    L.post_norm = vec(lw.post_attention_layernorm);
-    L.attn_res_score = vec(*lw.self_attention_res_score);
-    L.mlp_res_score = vec(*lw.mlp_res_score);
+    L.input_norm = lw.input_layernorm->floats();
+    L.post_norm = lw.post_attention_layernorm->floats();
+    L.attn_res_score = (*lw.self_attention_res_score)->floats();
+    L.mlp_res_score = (*lw.mlp_res_score)->floats();
     if (lw.mla) {
-      const MlaWeights<const Weight*>& src = *lw.mla;
-      auto& m = L.mla.emplace();
-      m.q_a = lin(src.q_a_proj);
-      m.q_a_norm = vec(src.q_a_layernorm);
-      m.q_b = lin(src.q_b_proj);
-      m.kv_a = lin(src.kv_a_proj_with_mqa);
-      m.kv_a_norm = vec(src.kv_a_layernorm);
-      m.g = lin(src.g_proj);
-      m.o = over_attn_tp(src.o_proj);
-      const Weight& kvb = *src.kv_b_proj;
-      if (kvb.split_kv()) {
-        // Split K [heads*kv_lora, nope] and V [heads*v, kv_lora]: already the absorbed
-        // orientation, each in its own quant type (GGUF Q4_0 / Q2_K).
-        const Linear k_b(kvb.k_b->view(), exact), v_b(kvb.v_b->view(), exact);
-        if (k_b.rows() != mla_heads * kv_lora || k_b.cols() != nope_dim ||
-            v_b.rows() != mla_heads * v_dim || v_b.cols() != kv_lora) {
-          throw InternalError(kvb.name + ": split K/V shapes do not match " +
-                              std::to_string(mla_heads) + " local heads");
-        }
-        // Each head's slices repacked like every other product (the same bits): at a verify
-        // step's 8 rows the plain Q4_0 path was 16 us per head, ~1 ms of a round. A slice that
-        // stays as it is shares the whole matrix's storage (exact mode's dequantized copy).
-        auto head_matrix = [&](const Linear& whole, std::size_t first, std::size_t rows) {
-          Linear slice = whole.rows_slice(first, rows);
-          if (exact || !opt.repack_weights) return slice;
-          Linear packed = Linear::repacked(slice.view());
-          return packed.is_repacked() ? packed : slice;
-        };
-        for (std::size_t h = 0; h < mla_heads; ++h) {
-          m.k_absorb.push_back(head_matrix(k_b, h * kv_lora, kv_lora));
-          m.v_up.push_back(head_matrix(v_b, h * v_dim, v_dim));
-        }
-      } else {
-        absorb_dense_kv_b(kvb, mla_heads, nope_dim, v_dim, kv_lora, exact, m);
-      }
-      m.cache_index = static_cast<int>(mla_layers++);
+      wire_mla(*lw.mla, L.mla.emplace());
     } else {
-      const KdaWeights<const Weight*>& src = *lw.kda;
-      auto& k = L.kda.emplace();
-      k.q = lin(src.q_proj);
-      k.k = lin(src.k_proj);
-      k.v = lin(src.v_proj);
-      k.conv_q = taps_by_offset(vec(src.q_conv1d), conv_kernel);
-      k.conv_k = taps_by_offset(vec(src.k_conv1d), conv_kernel);
-      k.conv_v = taps_by_offset(vec(src.v_conv1d), conv_kernel);
-      k.f_a = lin(src.f_a_proj);
-      k.f_b = lin(src.f_b_proj);
-      k.b = lin(src.b_proj);
-      k.decay = vec(src.decay);
-      k.dt_bias = vec(src.dt_bias);
-      k.o_norm = vec(src.o_norm);
-      k.g = lin(src.g_proj);
-      k.o = over_attn_tp(src.o_proj);
-      k.state_index = static_cast<int>(kda_layers++);
+      wire_kda(*lw.kda, L.kda.emplace());
     }
     if (lw.mlp) {
       L.mlp = glu(*lw.mlp, layout.dense_mlp_group());
     } else {
-      const MoeWeights<const Weight*>& src = *lw.moe;
-      auto& x = L.moe.emplace();
-      x.router = lin(src.gate);
-      x.bias = vec(src.e_score_correction_bias);
-      x.down_proj = lin(src.routed_expert_down_proj);
-      x.norm = vec(src.routed_expert_norm);
-      x.up_proj = lin(src.routed_expert_up_proj);
-      const Weight &w1 = *src.w1, &w3 = *src.w3, &w2 = *src.w2;
-      for (std::size_t i = 0; i < static_cast<std::size_t>(w1.shape.at(0)); ++i) {
-        const quant::MatrixView gate = w1.expert(i), up = w3.expert(i);
-        x.w13.push_back(Linear::stacked(gate, up, exact, opt.repack_weights));
-        if (w1.mapped()) FileMapping::release(gate.data);  // the stack holds a copy
-        if (w3.mapped()) FileMapping::release(up.data);
-        x.w2.push_back(product_matrix(w2.expert(i), w2.mapped(), exact, opt.repack_weights));
-      }
-      if (src.shared_experts) x.shared = glu(*src.shared_experts, layout.shared_experts_group());
-      if (!experts) {  // every MoE layer holds the same slice of the experts
-        experts.emplace(groups, c.num_experts, c.num_experts_per_token,
-                        static_cast<std::size_t>(c.routed_expert_hidden_size),
-                        static_cast<int>(w1.box.begin.at(0)), x.w13.size());
-      }
+      wire_moe(*lw.moe, L.moe.emplace());
     }
     layers.push_back(std::move(L));
   }
   slots.resize(static_cast<std::size_t>(opt.slots));
+}
+
+void Engine::Impl::wire_mla(const MlaWeights<const Weight*>& src, MlaLayer& m) {
+  const bool exact = opt.exact;
+  m.q_a = product(src.q_a_proj);
+  m.q_a_norm = src.q_a_layernorm->floats();
+  m.q_b = product(src.q_b_proj);
+  m.kv_a = product(src.kv_a_proj_with_mqa);
+  m.kv_a_norm = src.kv_a_layernorm->floats();
+  m.g = product(src.g_proj);
+  m.o = over_attn_tp(src.o_proj);
+  m.cache_index = static_cast<int>(mla_layers++);
+  const Weight& kvb = *src.kv_b_proj;
+  if (!kvb.split_kv()) {
+    absorb_dense_kv_b(kvb, mla_heads, nope_dim, v_dim, kv_lora, exact, m);
+    return;
+  }
+  // Split K [heads*kv_lora, nope] and V [heads*v, kv_lora]: already the absorbed orientation,
+  // each in its own quant type (GGUF Q4_0 / Q2_K).
+  const Linear k_b(kvb.k_b->view(), exact), v_b(kvb.v_b->view(), exact);
+  if (k_b.rows() != mla_heads * kv_lora || k_b.cols() != nope_dim ||
+      v_b.rows() != mla_heads * v_dim || v_b.cols() != kv_lora) {
+    throw InternalError(kvb.name + ": split K/V shapes do not match " + std::to_string(mla_heads) +
+                        " local heads");
+  }
+  // Each head's slices repacked like every other product (the same bits): at a verify step's 8
+  // rows the plain Q4_0 path was 16 us per head, ~1 ms of a round. A slice that stays as it is
+  // shares the whole matrix's storage (exact mode's dequantized copy).
+  auto head_matrix = [&](const Linear& whole, std::size_t first, std::size_t rows) {
+    Linear slice = whole.rows_slice(first, rows);
+    if (exact || !opt.repack_weights) return slice;
+    Linear packed = Linear::repacked(slice.view());
+    return packed.is_repacked() ? packed : slice;
+  };
+  for (std::size_t h = 0; h < mla_heads; ++h) {
+    m.k_absorb.push_back(head_matrix(k_b, h * kv_lora, kv_lora));
+    m.v_up.push_back(head_matrix(v_b, h * v_dim, v_dim));
+  }
+}
+
+void Engine::Impl::wire_kda(const KdaWeights<const Weight*>& src, KdaLayer& k) {
+  k.q = product(src.q_proj);
+  k.k = product(src.k_proj);
+  k.v = product(src.v_proj);
+  k.conv_q = taps_by_offset(src.q_conv1d->floats(), conv_kernel);
+  k.conv_k = taps_by_offset(src.k_conv1d->floats(), conv_kernel);
+  k.conv_v = taps_by_offset(src.v_conv1d->floats(), conv_kernel);
+  k.f_a = product(src.f_a_proj);
+  k.f_b = product(src.f_b_proj);
+  k.b = product(src.b_proj);
+  k.decay = src.decay->floats();
+  k.dt_bias = src.dt_bias->floats();
+  k.o_norm = src.o_norm->floats();
+  k.g = product(src.g_proj);
+  k.o = over_attn_tp(src.o_proj);
+  k.state_index = static_cast<int>(kda_layers++);
+}
+
+void Engine::Impl::wire_moe(const MoeWeights<const Weight*>& src, Moe& x) {
+  const bool exact = opt.exact;
+  x.router = product(src.gate);
+  x.bias = src.e_score_correction_bias->floats();
+  x.down_proj = product(src.routed_expert_down_proj);
+  x.norm = src.routed_expert_norm->floats();
+  x.up_proj = product(src.routed_expert_up_proj);
+  const Weight &w1 = *src.w1, &w3 = *src.w3, &w2 = *src.w2;
+  for (std::size_t i = 0; i < static_cast<std::size_t>(w1.shape.at(0)); ++i) {
+    const quant::MatrixView gate = w1.expert(i), up = w3.expert(i);
+    x.w13.push_back(Linear::stacked(gate, up, exact, opt.repack_weights));
+    if (w1.mapped()) FileMapping::release(gate.data);  // the stack holds a copy
+    if (w3.mapped()) FileMapping::release(up.data);
+    x.w2.push_back(product_matrix(w2.expert(i), w2.mapped(), exact, opt.repack_weights));
+  }
+  if (src.shared_experts) x.shared = glu(*src.shared_experts, layout.shared_experts_group());
+  if (!experts) {  // every MoE layer holds the same slice of the experts
+    experts.emplace(groups, c.num_experts, c.num_experts_per_token,
+                    static_cast<std::size_t>(c.routed_expert_hidden_size),
+                    static_cast<int>(w1.box.begin.at(0)), x.w13.size());
+  }
 }
 
 Engine::Engine(const ModelConfig& config, const WeightStore& weights, const dist::Groups& groups,
@@ -284,31 +293,8 @@ void Engine::commit(int slot, std::size_t accepted) {
 StepResult Engine::step(std::span<const StepSequence> batch) {
   Impl& m = *impl_;
   const std::size_t H = m.hidden;
-  BatchRows br;
   std::vector<std::int32_t> ids;
-  for (const auto& s : batch) {
-    Slot& slot = m.slots.at(static_cast<std::size_t>(s.slot));
-    if (slot.pending > 0) {
-      throw InternalError("engine: slot " + std::to_string(s.slot) +
-                          " steps before its speculative tokens were committed");
-    }
-    if (slot.position + s.tokens.size() > m.opt.context_length) {
-      throw InternalError("engine: slot " + std::to_string(s.slot) + " would hold " +
-                          std::to_string(slot.position + s.tokens.size()) +
-                          " tokens, more than the context length " +
-                          std::to_string(m.opt.context_length));
-    }
-    for (std::int32_t id : s.tokens) {
-      if (id < 0 || id >= m.c.vocab_size) {
-        throw InternalError("engine: token id " + std::to_string(id) +
-                            " outside the vocabulary of " + std::to_string(m.c.vocab_size));
-      }
-    }
-    br.offset.push_back(br.total);
-    br.count.push_back(s.tokens.size());
-    br.total += s.tokens.size();
-    ids.insert(ids.end(), s.tokens.begin(), s.tokens.end());
-  }
+  const BatchRows br = m.batch_rows(batch, ids);
   const std::size_t T = br.total;
   const double eps = m.c.rms_norm_eps;
   const int block = m.c.attn_res_block_size;
@@ -330,13 +316,9 @@ StepResult Engine::step(std::span<const StepSequence> batch) {
     }
   };
   // EngineOptions::trace_layers: the rows of kAllLogits sequences, copied after each layer.
-  std::vector<std::size_t> traced;
-  if (m.opt.trace_layers) {
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      if (batch[i].output != StepSequence::Output::kAllLogits) continue;
-      for (std::size_t j = 0; j < br.count[i]; ++j) traced.push_back(br.offset[i] + j);
-    }
-  }
+  const std::vector<std::size_t> traced =
+      m.opt.trace_layers ? Impl::rows_of(batch, br, StepSequence::Output::kAllLogits)
+                         : std::vector<std::size_t>{};
   auto trace_rows = [&](const Rows& from, std::vector<float>& to) {
     to.resize(traced.size() * H);
     for (std::size_t r = 0; r < traced.size(); ++r)
@@ -408,10 +390,66 @@ StepResult Engine::step(std::span<const StepSequence> batch) {
   }
 
   // Only the rows that produce output go through the final mix, norm and LM head.
-  std::vector<std::size_t> row_seq, row_pos, rows;
+  std::vector<std::size_t> row_seq, row_pos;
+  const Rows out = m.final_rows(h, banks, m.output_rows(batch, br, row_seq, row_pos));
+  StepResult result;
+  result.layers = std::move(trace);
+  result.taps = std::move(taps);
+  {
+    const dist::TrafficScope traffic(dist::Traffic::kLmHead);
+    m.lm_head_outputs(out, batch, row_seq, row_pos, result);
+  }
+  m.advance_slots(batch);
+  return result;
+}
+
+BatchRows Engine::Impl::batch_rows(std::span<const StepSequence> batch,
+                                   std::vector<std::int32_t>& ids) const {
+  BatchRows br;
+  for (const auto& s : batch) {
+    const Slot& slot = slots.at(static_cast<std::size_t>(s.slot));
+    if (slot.pending > 0) {
+      throw InternalError("engine: slot " + std::to_string(s.slot) +
+                          " steps before its speculative tokens were committed");
+    }
+    if (slot.position + s.tokens.size() > opt.context_length) {
+      throw InternalError("engine: slot " + std::to_string(s.slot) + " would hold " +
+                          std::to_string(slot.position + s.tokens.size()) +
+                          " tokens, more than the context length " +
+                          std::to_string(opt.context_length));
+    }
+    for (std::int32_t id : s.tokens) {
+      if (id < 0 || id >= c.vocab_size) {
+        throw InternalError("engine: token id " + std::to_string(id) +
+                            " outside the vocabulary of " + std::to_string(c.vocab_size));
+      }
+    }
+    br.offset.push_back(br.total);
+    br.count.push_back(s.tokens.size());
+    br.total += s.tokens.size();
+    ids.insert(ids.end(), s.tokens.begin(), s.tokens.end());
+  }
+  return br;
+}
+
+std::vector<std::size_t> Engine::Impl::rows_of(std::span<const StepSequence> batch,
+                                               const BatchRows& br, StepSequence::Output output) {
+  std::vector<std::size_t> rows;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].output != output) continue;
+    for (std::size_t j = 0; j < br.count[i]; ++j) rows.push_back(br.offset[i] + j);
+  }
+  return rows;
+}
+
+std::vector<std::size_t> Engine::Impl::output_rows(std::span<const StepSequence> batch,
+                                                   const BatchRows& br,
+                                                   std::vector<std::size_t>& row_seq,
+                                                   std::vector<std::size_t>& row_pos) const {
+  std::vector<std::size_t> rows;
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const auto& s = batch[i];
-    const std::size_t start = m.slots[static_cast<std::size_t>(s.slot)].position;
+    const std::size_t start = slots[static_cast<std::size_t>(s.slot)].position;
     if (s.output == StepSequence::Output::kAllLogits ||
         s.output == StepSequence::Output::kEveryToken) {
       for (std::size_t j = 0; j < br.count[i]; ++j) {
@@ -425,30 +463,33 @@ StepResult Engine::step(std::span<const StepSequence> batch) {
       rows.push_back(br.offset[i] + br.count[i] - 1);
     }
   }
+  return rows;
+}
+
+Rows Engine::Impl::final_rows(const Rows& h, const std::vector<Rows>& banks,
+                              const std::vector<std::size_t>& rows) const {
+  const std::size_t H = hidden;
   Rows out(rows.size() * H);
+  std::vector<const float*> src;
   for (std::size_t r = 0; r < rows.size(); ++r) {
     src.clear();
     for (const Rows& bank : banks) src.push_back(&bank[rows[r] * H]);
     src.push_back(&h[rows[r] * H]);
-    attn_res_mix(src, H, m.output_res_score, eps, &out[r * H]);
+    attn_res_mix(src, H, output_res_score, c.rms_norm_eps, &out[r * H]);
   }
-  rms_norm(out.data(), rows.size(), H, m.final_norm, eps, out.data());
-  StepResult result;
-  result.layers = std::move(trace);
-  result.taps = std::move(taps);
-  {
-    const dist::TrafficScope traffic(dist::Traffic::kLmHead);
-    m.lm_head_outputs(out, batch, row_seq, row_pos, result);
-  }
-  for (std::size_t i = 0; i < batch.size(); ++i) {
-    Slot& slot = m.slots[static_cast<std::size_t>(batch[i].slot)];
-    if (batch[i].speculative) {
-      slot.pending = batch[i].tokens.size();  // the position moves at commit
+  rms_norm(out.data(), rows.size(), H, final_norm, c.rms_norm_eps, out.data());
+  return out;
+}
+
+void Engine::Impl::advance_slots(std::span<const StepSequence> batch) {
+  for (const StepSequence& s : batch) {
+    Slot& slot = slots[static_cast<std::size_t>(s.slot)];
+    if (s.speculative) {
+      slot.pending = s.tokens.size();  // the position moves at commit
     } else {
-      slot.position += batch[i].tokens.size();
+      slot.position += s.tokens.size();
     }
   }
-  return result;
 }
 
 }  // namespace k3::model::engine

@@ -122,7 +122,31 @@ struct Engine::Impl {
   Impl(const ModelConfig& config, const WeightStore& ws, const dist::Groups& g,
        const EngineOptions& o);
 
+  // --- the weights wired into layers ---
+  Linear product(const Weight* w) const;  // a multiplied matrix (product_matrix with opt)
+  ParallelMlp glu(const MlpWeights<const Weight*>& w, dist::GroupKind group) const;
+  RowParallelLinear over_attn_tp(const Weight* w) const;
+  void wire_mla(const MlaWeights<const Weight*>& src, MlaLayer& m);
+  void wire_kda(const KdaWeights<const Weight*>& src, KdaLayer& k);
+  void wire_moe(const MoeWeights<const Weight*>& src, Moe& x);
+
   // --- pieces of one step ---
+  // The batch's rows, each sequence's checked against its slot and the vocabulary; `ids` gets
+  // every fed token in batch order.
+  BatchRows batch_rows(std::span<const StepSequence> batch, std::vector<std::int32_t>& ids) const;
+  // Every row of the sequences asking for `output`.
+  static std::vector<std::size_t> rows_of(std::span<const StepSequence> batch, const BatchRows& br,
+                                          StepSequence::Output output);
+  // The rows that produce output (every row of kAllLogits / kEveryToken sequences, the last of
+  // kNextToken ones), with each row's sequence and position.
+  std::vector<std::size_t> output_rows(std::span<const StepSequence> batch, const BatchRows& br,
+                                       std::vector<std::size_t>& row_seq,
+                                       std::vector<std::size_t>& row_pos) const;
+  // Those rows through the output AttnRes mix and the final norm.
+  Rows final_rows(const Rows& h, const std::vector<Rows>& banks,
+                  const std::vector<std::size_t>& rows) const;
+  // Positions advance by the fed tokens; a speculative sequence's wait for commit().
+  void advance_slots(std::span<const StepSequence> batch);
   void mla(const MlaLayer& w, const Rows& x, std::span<const StepSequence> batch,
            const BatchRows& br, Rows& out);
   void kda(const KdaLayer& w, const Rows& x, std::span<const StepSequence> batch,

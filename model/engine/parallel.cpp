@@ -189,85 +189,97 @@ ExpertDispatcher::ExpertDispatcher(const dist::Groups& groups, int num_experts, 
   }
 }
 
-Rows ExpertDispatcher::run(std::span<const Route> routes, std::span<const float> z, std::size_t n,
-                           const LocalExpert& expert) const {
-  const std::size_t k = top_k_, width = latent_;
-  const std::size_t ids_bytes = k * sizeof(std::int32_t);
-  const std::size_t weights_bytes = k * sizeof(float);
-  const std::size_t latent_at = ids_bytes + weights_bytes;
-  const std::size_t rec = latent_at + width * sizeof(float);
-  auto put = [&](char* at, const std::int32_t* ids, const float* weights, const void* latent) {
-    std::memcpy(at, ids, ids_bytes);
-    std::memcpy(at + ids_bytes, weights, weights_bytes);
-    std::memcpy(at + latent_at, latent, width * sizeof(float));
-  };
+// A routed token on the wire: its top_k expert ids (int32, -1 where another owner serves the
+// route), their weights (float), then its latent row.
+struct ExpertDispatcher::Records {
+  std::size_t k = 0, width = 0;
+  std::size_t ids_bytes = 0, weights_bytes = 0, latent_at = 0, size = 0;
+  std::vector<std::int32_t> ids;
+  std::vector<float> weights;
 
-  // 1. With MoE-TP, the moe-tp group's tokens, so that every slice of an expert sees the same
-  //    rows: each member's tokens as one record each (all routes), allgathered. Without it the
-  //    rank dispatches its own tokens straight from `routes` and `z`.
-  const dist::Comm& moe_tp = groups_->moe_tp();
-  const bool shares_tokens = moe_tp.size() > 1;
-  std::vector<char> tokens;
-  std::vector<int> member_tokens{static_cast<int>(n)};  // per moe-tp member, in rank order
-  std::vector<std::int32_t> ids(k), masked(k);
-  std::vector<float> weights(k), masked_weights(k);
-  if (shares_tokens) {
-    std::vector<char> mine(n * rec);
-    for (std::size_t i = 0; i < n; ++i) {
-      for (std::size_t r = 0; r < k; ++r) {
-        ids[r] = routes[i * k + r].expert;
-        weights[r] = routes[i * k + r].weight;
-      }
-      put(&mine[i * rec], ids.data(), weights.data(), &z[i * width]);
-    }
-    auto all = dist::allgatherv(moe_tp, std::span<const char>(mine));
-    member_tokens.clear();
-    for (int bytes : all.counts) member_tokens.push_back(bytes / static_cast<int>(rec));
-    tokens = std::move(all.data);
+  Records(std::size_t top_k, std::size_t latent)
+      : k(top_k),
+        width(latent),
+        ids_bytes(top_k * sizeof(std::int32_t)),
+        weights_bytes(top_k * sizeof(float)),
+        latent_at(ids_bytes + weights_bytes),
+        size(latent_at + latent * sizeof(float)),
+        ids(top_k),
+        weights(top_k) {}
+
+  void put(char* at, const std::int32_t* id, const float* weight, const void* latent) const {
+    std::memcpy(at, id, ids_bytes);
+    std::memcpy(at + ids_bytes, weight, weights_bytes);
+    std::memcpy(at + latent_at, latent, width * sizeof(float));
   }
-  const std::size_t group_tokens = shares_tokens ? tokens.size() / rec : n;
-  // Token i's routes into ids / weights, and where its latent is.
-  auto read_token = [&](std::size_t i) -> const void* {
-    if (shares_tokens) {
-      const char* record = &tokens[i * rec];
-      std::memcpy(ids.data(), record, ids_bytes);
-      std::memcpy(weights.data(), record + ids_bytes, weights_bytes);
-      return record + latent_at;
-    }
+  // The record at `at` into ids / weights; its latent.
+  const void* read(const char* at) {
+    std::memcpy(ids.data(), at, ids_bytes);
+    std::memcpy(weights.data(), at + ids_bytes, weights_bytes);
+    return at + latent_at;
+  }
+  // Token i of `routes` into ids / weights.
+  void read_routes(std::span<const Route> routes, std::size_t i) {
     for (std::size_t r = 0; r < k; ++r) {
       ids[r] = routes[i * k + r].expert;
       weights[r] = routes[i * k + r].weight;
     }
-    return &z[i * width];
-  };
+  }
+};
 
-  // 2. Dispatch over moe-ep: per token one record for each owner of its routes (in owner order),
-  //    the ids of routes another owner serves set to -1.
-  const dist::Comm& ep = groups_->moe_ep();
-  const std::size_t owners = static_cast<std::size_t>(ep.size());
+// 1. With MoE-TP, the moe-tp group's tokens, so that every slice of an expert sees the same
+//    rows: each member's tokens as one record each (all routes), allgathered; `member_tokens`
+//    gets each member's count in rank order.
+std::vector<char> ExpertDispatcher::share_tokens(std::span<const Route> routes,
+                                                 std::span<const float> z, std::size_t n,
+                                                 Records& records,
+                                                 std::vector<int>& member_tokens) const {
+  std::vector<char> mine(n * records.size);
+  for (std::size_t i = 0; i < n; ++i) {
+    records.read_routes(routes, i);
+    records.put(&mine[i * records.size], records.ids.data(), records.weights.data(),
+                &z[i * records.width]);
+  }
+  auto all = dist::allgatherv(groups_->moe_tp(), std::span<const char>(mine));
+  member_tokens.clear();
+  for (int bytes : all.counts) member_tokens.push_back(bytes / static_cast<int>(records.size));
+  return std::move(all.data);
+}
+
+// 2. Dispatch over moe-ep: per token one record for each owner of its routes (in owner order),
+//    the ids of routes another owner serves set to -1. `token(i)` reads token i into the
+//    records' ids / weights and returns its latent; `sent_token[o]` gets the tokens sent to o.
+dist::Gathered<char> ExpertDispatcher::dispatch(
+    std::size_t group_tokens, Records& records,
+    const std::function<const void*(std::size_t)>& token,
+    std::vector<std::vector<std::size_t>>& sent_token) const {
+  const std::size_t k = records.k;
+  const std::size_t owners = static_cast<std::size_t>(groups_->moe_ep().size());
   std::vector<std::vector<char>> per_owner(owners);
-  std::vector<std::vector<std::size_t>> sent_token(owners);
+  sent_token.assign(owners, {});
   std::vector<std::size_t> token_owners;
+  std::vector<std::int32_t> masked(k);
+  std::vector<float> masked_weights(k);
+  auto owner = [&](std::int32_t expert) {
+    return static_cast<std::size_t>(owner_of_.at(static_cast<std::size_t>(expert)));
+  };
   for (std::size_t i = 0; i < group_tokens; ++i) {
-    const void* latent = read_token(i);
+    const void* latent = token(i);
     token_owners.clear();
-    for (std::size_t r = 0; r < k; ++r)
-      token_owners.push_back(
-          static_cast<std::size_t>(owner_of_.at(static_cast<std::size_t>(ids[r]))));
+    for (std::size_t r = 0; r < k; ++r) token_owners.push_back(owner(records.ids[r]));
     std::sort(token_owners.begin(), token_owners.end());
     token_owners.erase(std::unique(token_owners.begin(), token_owners.end()), token_owners.end());
-    for (std::size_t owner : token_owners) {
+    for (std::size_t o : token_owners) {
       for (std::size_t r = 0; r < k; ++r) {
-        const bool here =
-            static_cast<std::size_t>(owner_of_[static_cast<std::size_t>(ids[r])]) == owner;
-        masked[r] = here ? ids[r] : -1;
-        masked_weights[r] = here ? weights[r] : 0.0f;
+        const bool here = owner(records.ids[r]) == o;
+        masked[r] = here ? records.ids[r] : -1;
+        masked_weights[r] = here ? records.weights[r] : 0.0f;
       }
-      auto& buf = per_owner[owner];
+      auto& buf = per_owner[o];
       const std::size_t at = buf.size();
-      buf.resize(at + rec);
-      put(&buf[at], masked.data(), masked_weights.data(), latent);
-      sent_token[owner].push_back(i);
+      buf.resize(at + records.size);
+      records.put(&buf[at], masked.data(), masked_weights.data(), latent);
+      sent_token[o].push_back(i);
     }
   }
   std::vector<char> send;
@@ -277,23 +289,28 @@ Rows ExpertDispatcher::run(std::span<const Route> routes, std::span<const float>
     send.insert(send.end(), per_owner[d].begin(), per_owner[d].end());
   }
   // With one owner (EP 1) the records stay here.
-  const auto recv = owners == 1 ? dist::Gathered<char>{std::move(send), counts, {0}}
-                                : dist::alltoallv(ep, std::span<const char>(send), counts);
+  return owners == 1
+             ? dist::Gathered<char>{std::move(send), counts, {0}}
+             : dist::alltoallv(groups_->moe_ep(), std::span<const char>(send), counts);
+}
 
-  // 3. The owner side: the received (record, weight) pairs grouped by local expert, each expert
-  //    run once over its rows (in parallel), the weighted outputs summed per record in expert
-  //    order (the same sum whatever ran first).
-  const std::size_t nrec = recv.data.size() / rec;
+// 3. The owner side: the received (record, weight) pairs grouped by local expert, each expert
+//    run once over its rows (in parallel), the weighted outputs summed per record in expert
+//    order (the same sum whatever ran first). One latent row per received record.
+Rows ExpertDispatcher::run_local(const std::vector<char>& received, Records& records,
+                                 const LocalExpert& expert) const {
+  const std::size_t width = records.width, rec = records.size;
+  const std::size_t nrec = received.size() / rec;
   std::vector<std::vector<std::pair<std::size_t, float>>> by_expert(local_);
   for (std::size_t r = 0; r < nrec; ++r) {
-    std::memcpy(ids.data(), &recv.data[r * rec], ids_bytes);
-    std::memcpy(weights.data(), &recv.data[r * rec + ids_bytes], weights_bytes);
-    for (std::size_t j = 0; j < k; ++j) {
-      if (ids[j] < 0) continue;
-      const std::int64_t e = std::int64_t{ids[j]} - first_local_;
+    records.read(&received[r * rec]);
+    for (std::size_t j = 0; j < records.k; ++j) {
+      const std::int32_t id = records.ids[j];
+      if (id < 0) continue;
+      const std::int64_t e = std::int64_t{id} - first_local_;
       if (e < 0 || static_cast<std::size_t>(e) >= local_)
-        throw InternalError("MoE dispatch: expert " + std::to_string(ids[j]) + " is not local");
-      by_expert[static_cast<std::size_t>(e)].emplace_back(r, weights[j]);
+        throw InternalError("MoE dispatch: expert " + std::to_string(id) + " is not local");
+      by_expert[static_cast<std::size_t>(e)].emplace_back(r, records.weights[j]);
     }
   }
   std::vector<Rows> expert_out(local_);
@@ -303,7 +320,7 @@ Rows ExpertDispatcher::run(std::span<const Route> routes, std::span<const float>
     const std::size_t m = rows.size();
     Rows in(m * width);
     for (std::size_t i = 0; i < m; ++i)
-      std::memcpy(&in[i * width], &recv.data[rows[i].first * rec + latent_at],
+      std::memcpy(&in[i * width], &received[rows[i].first * rec + records.latent_at],
                   width * sizeof(float));
     expert(e, in, m, expert_out[e]);
   });
@@ -317,16 +334,39 @@ Rows ExpertDispatcher::run(std::span<const Route> routes, std::span<const float>
       for (std::size_t j = 0; j < width; ++j) dst[j] += wt * d[j];
     }
   }
+  return back;
+}
+
+Rows ExpertDispatcher::run(std::span<const Route> routes, std::span<const float> z, std::size_t n,
+                           const LocalExpert& expert) const {
+  Records records(top_k_, latent_);
+  const std::size_t width = latent_, rec = records.size;
+  const bool shares_tokens = groups_->moe_tp().size() > 1;
+  std::vector<int> member_tokens{static_cast<int>(n)};  // per moe-tp member, in rank order
+  // Without MoE-TP the rank dispatches its own tokens straight from `routes` and `z`.
+  const std::vector<char> tokens =
+      shares_tokens ? share_tokens(routes, z, n, records, member_tokens) : std::vector<char>{};
+  const std::size_t group_tokens = shares_tokens ? tokens.size() / rec : n;
+  auto token = [&](std::size_t i) -> const void* {
+    if (shares_tokens) return records.read(&tokens[i * rec]);
+    records.read_routes(routes, i);
+    return &z[i * width];
+  };
+  std::vector<std::vector<std::size_t>> sent_token;
+  const dist::Gathered<char> recv = dispatch(group_tokens, records, token, sent_token);
+  Rows back = run_local(recv.data, records, expert);
 
   // 4. Back to the senders: one latent row per record each sent (so the receive counts are known).
+  const std::size_t owners = sent_token.size();
   std::vector<int> back_counts(owners), returned_counts(owners);
   for (std::size_t s = 0; s < owners; ++s) {
     back_counts[s] = recv.counts[s] / static_cast<int>(rec) * static_cast<int>(width);
     returned_counts[s] = static_cast<int>(sent_token[s].size() * width);
   }
-  const auto returned = owners == 1 ? dist::Gathered<float>{std::move(back), back_counts, {0}}
-                                    : dist::alltoallv(ep, std::span<const float>(back), back_counts,
-                                                      std::move(returned_counts));
+  const auto returned =
+      owners == 1 ? dist::Gathered<float>{std::move(back), back_counts, {0}}
+                  : dist::alltoallv(groups_->moe_ep(), std::span<const float>(back), back_counts,
+                                    std::move(returned_counts));
   Rows y(group_tokens * width, 0.0f);
   for (std::size_t src = 0; src < owners; ++src) {
     const float* part = returned.data.data() + returned.displs[src];
@@ -341,7 +381,7 @@ Rows ExpertDispatcher::run(std::span<const Route> routes, std::span<const float>
   if (!shares_tokens) return y;
   std::vector<int> counts_back;
   for (int t : member_tokens) counts_back.push_back(t * static_cast<int>(width));
-  return dist::reduce_scatter_sum_ordered(moe_tp, y, counts_back);
+  return dist::reduce_scatter_sum_ordered(groups_->moe_tp(), y, counts_back);
 }
 
 }  // namespace k3::model::engine

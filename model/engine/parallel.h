@@ -20,6 +20,7 @@
 #include <span>
 #include <vector>
 
+#include "dist/collectives.h"
 #include "dist/groups.h"
 #include "model/engine/linear.h"
 #include "model/engine/ops.h"
@@ -176,6 +177,16 @@ class ExpertDispatcher {
            const LocalExpert& expert) const;
 
  private:
+  struct Records;
+  std::vector<char> share_tokens(std::span<const Route> routes, std::span<const float> z,
+                                 std::size_t n, Records& records,
+                                 std::vector<int>& member_tokens) const;
+  dist::Gathered<char> dispatch(std::size_t group_tokens, Records& records,
+                                const std::function<const void*(std::size_t)>& token,
+                                std::vector<std::vector<std::size_t>>& sent_token) const;
+  Rows run_local(const std::vector<char>& received, Records& records,
+                 const LocalExpert& expert) const;
+
   const dist::Groups* groups_ = nullptr;
   std::vector<int> owner_of_;  // expert -> moe-ep rank
   std::size_t top_k_ = 0, latent_ = 0;
