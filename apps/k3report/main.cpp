@@ -239,14 +239,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const k3::Error& e) {
-    std::fprintf(stderr, "k3report: %s\n", e.what());
-    return static_cast<int>(e.exit_code());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "k3report: internal error: %s\n", e.what());
-    return 3;
-  }
-}
+int main(int argc, char** argv) { return k3::apps::tool_main("k3report", argc, argv, run); }
