@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <deque>
+#include <limits>
 #include <optional>
 
 #include "common/error.h"
@@ -86,6 +87,14 @@ struct Sequence {
   bool decoding = false;
   std::vector<std::int32_t> generated;
   std::vector<std::int32_t> block;  // a speculative round: the anchor, then the drafts fed
+  int k = 0;                        // drafts this step verifies (0: a plain decode row)
+  // Proposals whose positions are not all decided yet: every draft the drafter made, compared
+  // with the tokens the target commits there (AcceptanceStats).
+  struct Proposal {
+    std::vector<std::int32_t> drafts;
+    std::size_t at = 0;  // generated.size() when proposed: drafts[j] guesses generated[at + j]
+  };
+  std::deque<Proposal> proposals;
   Completion completion;
 };
 
@@ -111,18 +120,25 @@ class GenerationRun {
         on_token_(on_token),
         on_done_(on_done),
         on_progress_(on_progress),
-        drafter_(options.drafter) {}
+        drafter_(options.drafter),
+        speculation_(options.drafter ? options.speculation : nullptr) {
+    if (speculation_) stats_.speculation.k_rounds.assign(speculation_->block() + 1, 0);
+  }
 
   GeneratorStats run() {
+    if (speculation_ && speculation_->adaptive() && !speculation_->calibrated()) calibrate();
     start_prefixes();
     while (true) {
+      const double loop_start = now();
       admit();
       lay_out_batch();
       if (!agree_on_work()) break;
-      if (drafter_) draft();
+      draft_s_ = 0;
+      if (drafting_) draft();
       const StepResult result = step();
       apply(result);
       retire();
+      overhead_s_ = now() - loop_start - target_s_ - draft_s_;
     }
     stats_.seconds = now();
     return stats_;
@@ -131,6 +147,60 @@ class GenerationRun {
  private:
   double now() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
   int prefix_slots() const { return static_cast<int>(prefixes_.size()); }
+
+  // The cost model's first points, before any slot is in use: verify steps of growing size on
+  // slot 0 and drafter calls for growing batches, each the faster of two, averaged over the
+  // world so that every rank of a DP group knows the same times.
+  void calibrate() {
+    const auto block = static_cast<std::size_t>(speculation_->block());
+    const auto running = static_cast<std::size_t>(
+        std::min(options_.max_running_requests, engine_.options().slots));
+    const std::size_t max_rows =
+        std::min(running * (block + 1), engine_.options().context_length);
+    std::vector<std::size_t> rows;
+    for (std::size_t r = 1; r <= max_rows; r = r < 4 ? r + 1 : r + r / 2) rows.push_back(r);
+    if (rows.back() != max_rows) rows.push_back(max_rows);
+    std::vector<std::size_t> requests;
+    for (std::size_t n = 1; n <= running; n *= 2) requests.push_back(n);
+    if (requests.back() != running) requests.push_back(running);
+
+    const int vocab = engine_.config().vocab_size;
+    std::vector<double> seconds(rows.size() + requests.size(), 1e30);
+    for (int rep = 0; rep < 2; ++rep) {
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        std::vector<std::int32_t> tokens(rows[i]);
+        for (std::size_t t = 0; t < tokens.size(); ++t)
+          tokens[t] = static_cast<std::int32_t>((t * 7 + 1) % static_cast<std::size_t>(vocab));
+        StepSequence sequence;
+        sequence.tokens = tokens;
+        sequence.output = StepSequence::Output::kEveryToken;
+        sequence.speculative = true;
+        engine_.reset_slot(0);
+        const double t0 = now();
+        engine_.step(std::span<const StepSequence>(&sequence, 1));
+        seconds[i] = std::min(seconds[i], now() - t0);
+      }
+      for (std::size_t i = 0; i < requests.size(); ++i) {
+        std::vector<DraftRequest> batch(requests[i]);
+        for (std::size_t r = 0; r < batch.size(); ++r) {
+          batch[r].slot = static_cast<int>(r);
+          batch[r].anchor = static_cast<std::int32_t>(r + 1);
+          drafter_->reset_slot(static_cast<int>(r));
+        }
+        const double t0 = now();
+        drafter_->propose(batch);
+        seconds[rows.size() + i] = std::min(seconds[rows.size() + i], now() - t0);
+      }
+    }
+    dist::allreduce(groups_.world(), std::span<double>(seconds), dist::ReduceOp::kSum);
+    const double ranks = groups_.world().size();
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      speculation_->cost().observe_target(rows[i], seconds[i] / ranks);
+    for (std::size_t i = 0; i < requests.size(); ++i)
+      speculation_->cost().observe_draft(requests[i], seconds[rows.size() + i] / ranks);
+    engine_.reset_slot(0);
+    for (int r = 0; r < static_cast<int>(running); ++r) drafter_->reset_slot(r);
+  }
 
   // Prefix snapshots first, each in its own slot; requests wait until all are computed.
   void start_prefixes() {
@@ -186,29 +256,42 @@ class GenerationRun {
     }
   }
 
-  // This step: every decoding sequence's last token (with a drafter: its verify block, filled
-  // in once the drafter has proposed), then prompt chunks within the budget.
+  // How many drafts each decoding sequence verifies this step (all 0 without a drafter).
+  void choose_draft_lengths(std::size_t prefill_rows) {
+    std::vector<Sequence*> decoding;
+    std::vector<SpeculationCandidate> candidates;
+    for (Sequence& s : running_) {
+      if (!s.decoding) continue;
+      // A round feeds no more drafts than the request could still use (so never past its
+      // context): the anchor and K drafts commit at most K + 1 tokens.
+      const std::size_t room = s.request->max_new_tokens - s.generated.size();
+      const int block = speculation_ ? speculation_->block() : drafter_block_;
+      const int max_k = static_cast<int>(std::min<std::size_t>(block, room > 0 ? room - 1 : 0));
+      decoding.push_back(&s);
+      candidates.push_back({s.request->id, max_k});
+    }
+    std::vector<int> k(candidates.size(), 0);
+    if (speculation_) {
+      k = speculation_->choose(candidates, prefill_rows);
+    } else if (drafter_) {
+      for (std::size_t i = 0; i < k.size(); ++i) k[i] = candidates[i].max_k;
+    }
+    for (std::size_t i = 0; i < decoding.size(); ++i) decoding[i]->k = drafter_ ? k[i] : 0;
+  }
+
+  // This step: the decoding sequences' last tokens, those that verify drafts first (their
+  // blocks filled in once the drafter has proposed), then prompt chunks within the budget.
   void lay_out_batch() {
     batch_.clear();
     batch_seq_.clear();
-    for (Sequence& s : running_) {
-      if (!s.decoding) continue;
-      StepSequence step;
-      step.slot = s.slot;
-      step.tokens = std::span<const std::int32_t>(&s.generated.back(), 1);
-      step.output = drafter_ ? StepSequence::Output::kEveryToken : StepSequence::Output::kNextToken;
-      step.speculative = drafter_ != nullptr;
-      step.sampling = s.request->sampling;
-      batch_.push_back(step);
-      batch_seq_.push_back(&s);
-    }
-    verifying_ = drafter_ ? batch_.size() : 0;
+    std::vector<StepSequence> prefill;
+    std::vector<Sequence*> prefill_seq;
     // A prompt is fed in chunks that end at multiples of chunked_prefill_size (or at its end),
     // whatever else shares the step: a sequence's chunks, and so its numbers, never depend on
     // its batch (KDA's chunked form and MLA's blocks follow the chunk boundaries). A chunk that
     // no longer fits the step's budget waits for the next step, and so do the ones after it.
     const std::size_t size = options_.chunked_prefill_size;
-    std::size_t budget = size;
+    std::size_t budget = size, prefill_rows = 0;
     bool full = false;
     auto add_prefill = [&](Sequence& s) {
       if (s.decoding || full) return;
@@ -219,6 +302,7 @@ class GenerationRun {
         return;
       }
       budget -= chunk;
+      prefill_rows += chunk;
       StepSequence step;
       step.slot = s.slot;
       step.tokens = std::span<const std::int32_t>(*s.prompt).subspan(s.fed, chunk);
@@ -226,11 +310,33 @@ class GenerationRun {
       step.output =
           completes && s.request ? StepSequence::Output::kNextToken : StepSequence::Output::kNone;
       if (s.request) step.sampling = s.request->sampling;
-      batch_.push_back(step);
-      batch_seq_.push_back(&s);
+      prefill.push_back(step);
+      prefill_seq.push_back(&s);
     };
     for (Sequence& s : prefills_) add_prefill(s);
     for (Sequence& s : running_) add_prefill(s);
+
+    choose_draft_lengths(prefill_rows);
+    for (const bool verifies : {true, false}) {
+      for (Sequence& s : running_) {
+        if (!s.decoding || (s.k > 0) != verifies) continue;
+        StepSequence step;
+        step.slot = s.slot;
+        step.tokens = std::span<const std::int32_t>(&s.generated.back(), 1);
+        step.output = verifies ? StepSequence::Output::kEveryToken : StepSequence::Output::kNextToken;
+        step.speculative = verifies;
+        step.sampling = s.request->sampling;
+        batch_.push_back(step);
+        batch_seq_.push_back(&s);
+      }
+      if (verifies) verifying_ = batch_.size();
+    }
+    decoding_ = batch_.size();
+    batch_.insert(batch_.end(), prefill.begin(), prefill.end());
+    batch_seq_.insert(batch_seq_.end(), prefill_seq.begin(), prefill_seq.end());
+    // Rows as the drafts will make them: the cost model's measure of this step.
+    step_rows_ = prefill_rows + decoding_;
+    for (std::size_t i = 0; i < verifying_; ++i) step_rows_ += batch_seq_[i]->k;
   }
 
   // One allreduce per step: who has work, broken logits, and the progress counters. Only the
@@ -240,17 +346,27 @@ class GenerationRun {
     dist::set_stage_step(stats_.steps + 1);  // for the watchdog
     const bool work = !batch_.empty() || next_request_ < requests_.size() || !running_.empty();
     const bool leader = groups_.attn_tp().rank() == 0;
-    std::array<std::uint64_t, 7> flags = {work ? 1u : 0u,
-                                          nonfinite_ ? 1u : 0u,
-                                          leader ? finished_ : 0u,
-                                          leader ? generated_ : 0u,
-                                          leader ? stats_.verify_rounds : 0u,
-                                          leader ? stats_.drafted_tokens : 0u,
-                                          leader ? stats_.accepted_drafts : 0u};
+    // The previous step's times (ns) ride along, so that every rank refines its cost model with
+    // the same world-mean figures; and whether any group drafts this step.
+    auto ns = [](double s) { return static_cast<std::uint64_t>(std::max(0.0, s) * 1e9); };
+    std::array<std::uint64_t, 11> flags = {work ? 1u : 0u,
+                                           nonfinite_ ? 1u : 0u,
+                                           leader ? finished_ : 0u,
+                                           leader ? generated_ : 0u,
+                                           leader ? stats_.verify_rounds : 0u,
+                                           leader ? stats_.drafted_tokens : 0u,
+                                           leader ? stats_.accepted_drafts : 0u,
+                                           verifying_,
+                                           ns(target_s_),
+                                           ns(draft_s_),
+                                           ns(overhead_s_)};
     {
       const dist::TrafficScope traffic(dist::Traffic::kDpSync);
       dist::allreduce(groups_.world(), std::span<std::uint64_t>(flags), dist::ReduceOp::kSum);
     }
+    drafting_ = flags[7] > 0;
+    learn_step_times(static_cast<double>(flags[8]), static_cast<double>(flags[9]),
+                     static_cast<double>(flags[10]));
     if (on_progress_ && stats_.steps > 0) {
       on_progress_({flags[2], flags[3], stats_.steps, flags[4], flags[5], flags[6]});
     }
@@ -262,33 +378,51 @@ class GenerationRun {
     return flags[0] != 0;
   }
 
-  // Every rank drafts once per step, its DP group's decoding sequences or none. A round feeds
-  // no more drafts than the request could still use (so never past its context).
+  // The previous step's times summed over the world's ranks (ns), into the cost model.
+  void learn_step_times(double target_ns, double draft_ns, double overhead_ns) {
+    const double ranks = groups_.world().size();
+    if (speculation_ && last_rows_ > 0) {
+      speculation_->cost().observe_target(last_rows_, target_ns / ranks * 1e-9);
+      if (last_drafted_ > 0) speculation_->cost().observe_draft(last_drafted_, draft_ns / ranks * 1e-9);
+      speculation_->cost().observe_overhead(overhead_ns / ranks * 1e-9);
+    }
+    last_rows_ = 0;
+    last_drafted_ = 0;
+  }
+
+  // When any group drafts, every rank calls the drafter once, with its DP group's verifying
+  // sequences or none; each verifies its first K proposals.
   void draft() {
     std::vector<DraftRequest> drafts(verifying_);
     for (std::size_t i = 0; i < verifying_; ++i) {
       const Sequence& s = *batch_seq_[i];
       drafts[i] = {s.slot, s.generated.back(), s.request->sampling};
     }
+    const double t0 = now();
     const auto proposed = [&] {
       const dist::TrafficScope traffic(dist::Traffic::kDraft);
       return drafter_->propose(drafts);
     }();
+    draft_s_ = now() - t0;
     for (std::size_t i = 0; i < verifying_; ++i) {
       Sequence& s = *batch_seq_[i];
-      const std::size_t room = s.request->max_new_tokens - s.generated.size();
-      const std::size_t fed = std::min(proposed[i].size(), room > 0 ? room - 1 : 0);
+      const std::size_t fed = std::min(proposed[i].size(), static_cast<std::size_t>(s.k));
       s.block.assign(1, s.generated.back());
       s.block.insert(s.block.end(), proposed[i].begin(),
                      proposed[i].begin() + static_cast<std::ptrdiff_t>(fed));
       batch_[i].tokens = s.block;
+      if (speculation_) s.proposals.push_back({proposed[i], s.generated.size()});
     }
   }
 
   // The engine's step; the first rank of the attention-TP group decides every sampled token for
   // its group.
   StepResult step() {
+    const double t0 = now();
     StepResult result = engine_.step(batch_);
+    target_s_ = now() - t0;
+    last_rows_ = step_rows_;
+    last_drafted_ = drafting_ ? verifying_ : 0;
     ++stats_.steps;
     nonfinite_ = result.nonfinite_logits > 0;
     if (groups_.attn_tp().size() <= 1 || result.next.empty()) return result;
@@ -350,11 +484,30 @@ class GenerationRun {
     stats_.decode_tokens += fed.size();
     for (std::size_t k = 0; k <= accepted; ++k) {
       const std::int32_t token = k < accepted ? fed[k + 1] : verified[accepted];
+      ++committed_;
       if (!emit(s, token)) break;
     }
   }
 
+  // Each proposal of `s` whose drafts are decided (a wrong one committed, all of them committed,
+  // or the request finished) goes into the acceptance statistics.
+  void score_proposals(Sequence& s, std::uint64_t request, bool finished) {
+    AcceptanceStats& stats = speculation_->acceptance();
+    while (!s.proposals.empty()) {
+      const Sequence::Proposal& p = s.proposals.front();
+      const std::size_t known = s.generated.size() - std::min(s.generated.size(), p.at);
+      const std::span<const std::int32_t> committed(s.generated.data() + p.at,
+                                                     std::min(known, p.drafts.size()));
+      const bool wrong = !std::equal(committed.begin(), committed.end(), p.drafts.begin());
+      if (!wrong && committed.size() < p.drafts.size() && !finished) break;
+      stats.observe(request, p.drafts, committed);
+      s.proposals.pop_front();
+    }
+    if (finished) stats.forget(request);
+  }
+
   void apply(const StepResult& result) {
+    committed_ = 0;
     // With a drafter every fed row comes back with its taps, [rows, taps x hidden].
     const std::size_t tap_width = drafter_ ? drafter_->tap_width() : 0;
     if (drafter_) {
@@ -369,21 +522,45 @@ class GenerationRun {
       Sequence& s = *batch_seq_[i];
       const std::size_t rows = batch_[i].tokens.size();
       const auto taps = std::span<const float>(result.taps).subspan(row * tap_width, rows * tap_width);
+      const std::uint64_t request = s.request ? s.request->id : 0;
+      if (i < decoding_ && speculation_) ++stats_.speculation.k_rounds[static_cast<std::size_t>(s.k)];
       if (i < verifying_) {
         apply_round(s, result.every[i], taps, tap_width);
-        continue;
-      }
-      if (!s.decoding) {
-        s.fed += rows;
-        stats_.prefill_tokens += rows;
-        if (drafter_) drafter_->extend(s.slot, taps, rows);
-        if (s.fed == s.prompt->size()) s.decoding = true;
       } else {
-        ++stats_.decode_tokens;
+        if (!s.decoding) {
+          s.fed += rows;
+          stats_.prefill_tokens += rows;
+          if (s.fed == s.prompt->size()) s.decoding = true;
+        } else {
+          ++stats_.decode_tokens;
+          ++committed_;
+        }
+        if (drafter_) drafter_->extend(s.slot, taps, rows);
+        if (result.next[i] >= 0 && s.request) emit(s, result.next[i]);
       }
-      if (result.next[i] < 0 || !s.request) continue;
-      emit(s, result.next[i]);
+      if (speculation_ && i < decoding_) score_proposals(s, request, s.request == nullptr);
     }
+    tally_step();
+  }
+
+  // A step with decode rows: its time, and what the cost model says decoding its committed
+  // tokens plainly would have taken (steps of the same prefill rows and one row per request).
+  void tally_step() {
+    if (!speculation_ || decoding_ == 0) return;
+    SpeculationTally& t = stats_.speculation;
+    t.measured_s += target_s_ + draft_s_ + speculation_->cost().overhead_seconds();
+    const StepCostModel& cost = speculation_->cost();
+    if (cost.empty()) return;
+    const double plain_step = cost.target_seconds(plain_rows()) + cost.overhead_seconds();
+    t.plain_estimate_s +=
+        plain_step * static_cast<double>(committed_) / static_cast<double>(decoding_);
+  }
+
+  // This step's rows without the drafts: prefill rows and one row per decoding sequence.
+  std::size_t plain_rows() const {
+    std::size_t drafts = 0;
+    for (std::size_t i = 0; i < verifying_; ++i) drafts += static_cast<std::size_t>(batch_seq_[i]->k);
+    return step_rows_ - drafts;
   }
 
   // Finished prefixes leave the prefill list; finished requests give back their slots.
@@ -422,6 +599,17 @@ class GenerationRun {
   std::vector<StepSequence> batch_;
   std::vector<Sequence*> batch_seq_;
   std::size_t verifying_ = 0;  // the batch's first entries that are verify rounds
+  std::size_t decoding_ = 0;   // the batch's first entries that are decode rows (verify or plain)
+
+  // Speculation: the policy, this step's rows (drafts included) and whether any group drafts;
+  // the last step's measured times, shared in the next step's allreduce.
+  Speculation* const speculation_;
+  // Without a Speculation every round verifies the drafter's whole proposal.
+  static constexpr int drafter_block_ = 1 << 20;
+  std::size_t step_rows_ = 0, last_rows_ = 0, last_drafted_ = 0;
+  std::size_t committed_ = 0;  // tokens the decode rows committed this step
+  bool drafting_ = false;
+  double target_s_ = 0, draft_s_ = 0, overhead_s_ = 0;
 };
 
 }  // namespace

@@ -26,6 +26,7 @@
 
 #include "dist/groups.h"
 #include "model/engine/engine.h"
+#include "model/engine/speculation.h"
 
 namespace k3::model::engine {
 
@@ -86,6 +87,11 @@ struct GeneratorOptions {
   // the engine must tap the layers it reads): each decoding sequence's step becomes a round of
   // drafting block_size tokens and verifying them in one target forward.
   DraftSource* drafter = nullptr;
+  // How many drafts each request verifies per step (not owned; kept across runs, so the cost
+  // model calibrated in the warm-up serves the evaluation). Null: every request verifies the
+  // whole block. Adaptive: the first run on the engine measures the step times first (a few
+  // verify steps of growing size and drafter calls, on free slots).
+  Speculation* speculation = nullptr;
 };
 
 struct GeneratorStats {
@@ -101,6 +107,9 @@ struct GeneratorStats {
   std::size_t verify_rounds = 0;
   std::size_t drafted_tokens = 0;
   std::size_t accepted_drafts = 0;
+  // Which K the decode rows verified (k_rounds[0]: plain decode rows beside a drafter), and the
+  // time of the decoding steps against the cost model's estimate for decoding them plainly.
+  SpeculationTally speculation;
   double seconds = 0;
 };
 

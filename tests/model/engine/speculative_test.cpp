@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <span>
 #include <map>
 #include <memory>
 #include <random>
@@ -15,6 +16,7 @@
 #include "model/engine/dspark.h"
 #include "model/engine/generator.h"
 #include "model/engine/linear.h"
+#include "model/engine/speculation.h"
 #include "quant/kernels.h"
 #include "quant/quantize.h"
 #include "quant/repack.h"
@@ -162,7 +164,9 @@ TEST_F(SpeculativeRounds, NoneAcceptedStillGivesTheBonusToken) {
   const Outcome run = generate_one(*engine_, prompt_, kNew, &d);
   EXPECT_EQ(run.completion.tokens, plain_);
   EXPECT_EQ(d.bad_anchors, 0u);
-  EXPECT_EQ(run.stats.verify_rounds, kNew - 1);  // one token (the bonus) per round
+  // One token (the bonus) per round; the last token, with no draft left to verify, is a plain
+  // decode row.
+  EXPECT_EQ(run.stats.verify_rounds, kNew - 2);
   EXPECT_EQ(run.stats.accepted_drafts, 0u);
 }
 
@@ -236,6 +240,94 @@ TEST_P(DSparkDrafting, KeepsThePlainPathsTokens) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, DSparkDrafting, ::testing::Values(false, true),
                          [](const auto& p) { return p.param ? "fp32" : "int8"; });
+
+// How many drafts each request verifies: every K the policy may choose, several different ones in
+// one step, and the adaptive policy itself keep the plain path's tokens in fp32 (a verify row
+// computes exactly what decoding its token would).
+class DSparkDraftLengths : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto& target = slice(FormatKind::kHf);
+    const model::ModelConfig& dc = slice(FormatKind::kDraft).checkpoint->config();
+    prompts_ = random_prompts(3, 8, 30, 4096, 91);
+    g_.max_running_requests = 3;
+    g_.chunked_prefill_size = 32;
+    o_.slots = g_.max_running_requests + 1;
+    o_.exact = true;
+    Engine plain_engine(target.checkpoint->config(), target.loaded.weights, one().groups, o_);
+    plain_ = generate(plain_engine, one().groups, g_, prompts_, kNew);
+    model::engine::tap_for_drafter(*dc.dspark, o_);
+  }
+  // The tokens with the drafter and `speculation`, and the run's stats.
+  std::vector<std::vector<std::int32_t>> speculate(model::engine::Speculation& speculation,
+                                                   GeneratorStats& stats) {
+    const auto& target = slice(FormatKind::kHf);
+    const auto& draft = slice(FormatKind::kDraft);
+    const model::ModelConfig& dc = draft.checkpoint->config();
+    Engine engine(target.checkpoint->config(), target.loaded.weights, one().groups, o_);
+    model::engine::Drafter drafter(dc, draft.loaded.weights, engine, one().groups,
+                                   model::engine::drafter_options(*dc.dspark, o_));
+    GeneratorOptions g = g_;
+    g.drafter = &drafter;
+    g.speculation = &speculation;
+    return generate(engine, one().groups, g, prompts_, kNew, {}, &stats);
+  }
+  static model::engine::SpeculationOptions forced(
+      std::function<int(const model::engine::SpeculationCandidate&)> k) {
+    model::engine::SpeculationOptions o;
+    o.forced = [k](std::span<const model::engine::SpeculationCandidate> c) {
+      std::vector<int> out;
+      for (const auto& one : c) out.push_back(k(one));
+      return out;
+    };
+    return o;
+  }
+  static constexpr std::size_t kNew = 14;
+  static constexpr int kBlock = 7;  // the synthetic draft's
+  std::vector<std::vector<std::int32_t>> prompts_, plain_;
+  GeneratorOptions g_;
+  EngineOptions o_;
+};
+
+TEST_F(DSparkDraftLengths, EveryForcedLengthKeepsThePlainTokens) {
+  for (int k = 0; k <= kBlock; ++k) {
+    model::engine::Speculation speculation(kBlock, forced([k](const auto&) { return k; }));
+    GeneratorStats stats;
+    EXPECT_EQ(speculate(speculation, stats), plain_) << "K = " << k;
+    EXPECT_GT(stats.speculation.k_rounds.at(static_cast<std::size_t>(k)), 0u) << "K = " << k;
+    if (k == 0) {
+      EXPECT_EQ(stats.verify_rounds, 0u);  // no round at all: plain decode rows
+    }
+  }
+}
+
+TEST_F(DSparkDraftLengths, MixedLengthsInOneStepKeepThePlainTokens) {
+  int calls = 0;
+  model::engine::Speculation speculation(
+      kBlock, forced([&calls](const model::engine::SpeculationCandidate& c) {
+        return static_cast<int>((c.request + static_cast<std::uint64_t>(calls++)) % (kBlock + 1));
+      }));
+  GeneratorStats stats;
+  EXPECT_EQ(speculate(speculation, stats), plain_);
+  int lengths_used = 0;
+  for (auto n : stats.speculation.k_rounds) lengths_used += n > 0 ? 1 : 0;
+  EXPECT_GE(lengths_used, 4);
+}
+
+TEST_F(DSparkDraftLengths, AdaptiveKeepsThePlainTokensAndMeasuresTheHostOnce) {
+  model::engine::Speculation speculation(kBlock, {});
+  GeneratorStats stats;
+  EXPECT_EQ(speculate(speculation, stats), plain_);
+  EXPECT_TRUE(speculation.calibrated());
+  EXPECT_GT(speculation.cost().target_seconds(8), 0.0);
+  std::uint64_t rows = 0;
+  for (auto n : stats.speculation.k_rounds) rows += n;
+  EXPECT_EQ(rows, stats.decode_tokens - stats.drafted_tokens);  // one count per decode row
+  EXPECT_GT(stats.speculation.measured_s, 0.0);
+  EXPECT_GT(stats.speculation.plain_estimate_s, 0.0);
+  GeneratorStats again;  // a second run reuses the measured model
+  EXPECT_EQ(speculate(speculation, again), plain_);
+}
 
 }  // namespace
 }  // namespace k3::test

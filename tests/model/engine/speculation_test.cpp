@@ -1,0 +1,136 @@
+// The speculation policy without an engine: acceptance counting, the step-time model, and the
+// per-request draft lengths it picks for known costs and acceptance.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "common/error.h"
+#include "model/engine/speculation.h"
+
+namespace k3::test {
+namespace {
+
+using model::engine::AcceptanceStats;
+using model::engine::Speculation;
+using model::engine::SpeculationCandidate;
+using model::engine::SpeculationOptions;
+using model::engine::StepCostModel;
+
+// `rounds` proposals of request `id` whose first `right` drafts are right (block 7).
+void observe(AcceptanceStats& stats, std::uint64_t id, int rounds, int right) {
+  const std::vector<std::int32_t> drafts = {1, 2, 3, 4, 5, 6, 7};
+  std::vector<std::int32_t> committed = drafts;
+  if (right < 7) committed[static_cast<std::size_t>(right)] = 99;
+  for (int r = 0; r < rounds; ++r) stats.observe(id, drafts, committed);
+}
+
+// Target steps costing fixed + per_row x rows, the drafter `draft` per call.
+void cost(Speculation& s, double fixed, double per_row, double draft) {
+  for (std::size_t rows : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512})
+    s.cost().observe_target(rows, fixed + per_row * static_cast<double>(rows));
+  for (std::size_t n : {1, 2, 4, 8, 16, 32, 64}) s.cost().observe_draft(n, draft);
+}
+
+std::vector<SpeculationCandidate> candidates(int n, int max_k = 7) {
+  std::vector<SpeculationCandidate> c;
+  for (int i = 0; i < n; ++i) c.push_back({static_cast<std::uint64_t>(i), max_k});
+  return c;
+}
+
+TEST(AcceptanceStats, CountsPositionsUpToTheFirstWrongDraft) {
+  AcceptanceStats stats(7);
+  observe(stats, 1, 50, 2);  // positions 1, 2 right, 3 wrong, 4.. never tried
+  EXPECT_GT(stats.accept_probability(1, 1), 0.9);
+  EXPECT_GT(stats.accept_probability(1, 2), 0.9);
+  EXPECT_LT(stats.accept_probability(1, 3), 0.1);
+  EXPECT_NEAR(stats.accept_probability(1, 4), 0.5, 1e-9);  // no evidence: the Laplace prior
+  // Only the committed tokens known so far count: one known and right tries position 1 only.
+  // (Request 2's one success, with the counts over all requests, 2/3, as a prior of weight 4.)
+  AcceptanceStats partial(7);
+  partial.observe(2, std::vector<std::int32_t>{5, 6, 7}, std::vector<std::int32_t>{5});
+  EXPECT_NEAR(partial.accept_probability(2, 1), (1.0 + 4.0 * 2.0 / 3.0) / 5.0, 1e-9);
+  EXPECT_NEAR(partial.accept_probability(2, 2), 0.5, 1e-9);
+}
+
+TEST(AcceptanceStats, ANewRequestStartsFromEveryRequestsCounts) {
+  AcceptanceStats stats(7);
+  observe(stats, 1, 100, 7);
+  EXPECT_GT(stats.accept_probability(42, 5), 0.95);
+  stats.forget(1);
+  EXPECT_GT(stats.accept_probability(1, 5), 0.95);  // the counts over all requests stay
+}
+
+TEST(StepCostModel, InterpolatesBetweenMeasuredRowsAndExtrapolatesBeyond) {
+  StepCostModel m;
+  m.observe_target(8, 1.0);
+  m.observe_target(16, 2.0);
+  EXPECT_DOUBLE_EQ(m.target_seconds(12), 1.5);
+  EXPECT_DOUBLE_EQ(m.target_seconds(32), 4.0);  // the last two points' slope
+  EXPECT_DOUBLE_EQ(m.target_seconds(1), 1.0);   // below: the smallest measured step
+  m.observe_target(16, 4.0);                    // a new measurement moves the point
+  EXPECT_GT(m.target_seconds(16), 2.0);
+  EXPECT_LT(m.target_seconds(16), 4.0);
+  EXPECT_DOUBLE_EQ(m.draft_seconds(0), 0.0);
+}
+
+TEST(Speculation, PicksNoDraftsWhenVerifyingCostsMoreThanItSaves) {
+  Speculation s(7, {});
+  cost(s, 0.0, 0.010, 0.005);  // compute-bound: every row costs the same
+  observe(s.acceptance(), 0, 50, 1);  // about one right draft per round
+  for (int n : {1, 4, 16}) {
+    for (int k : s.choose(candidates(n), 0)) EXPECT_EQ(k, 0) << n << " requests";
+  }
+}
+
+TEST(Speculation, PicksTheWholeBlockWhenAcceptanceIsHighAndTheStepIsMemoryBound) {
+  Speculation s(7, {});
+  cost(s, 0.100, 0.0001, 0.010);  // reading the weights dominates: extra rows are cheap
+  for (int id = 0; id < 4; ++id) observe(s.acceptance(), static_cast<std::uint64_t>(id), 50, 7);
+  for (int k : s.choose(candidates(4), 0)) EXPECT_EQ(k, 7);
+  // A request near its max_new_tokens verifies only the drafts it can use.
+  auto near_end = candidates(1, 3);
+  EXPECT_EQ(s.choose(near_end, 0), std::vector<int>{3});
+}
+
+TEST(Speculation, ARequestWhoseAcceptanceCollapsesDropsItsDraftLength) {
+  Speculation s(7, {});
+  cost(s, 0.050, 0.002, 0.010);  // between the two: rows cost something
+  for (int id = 0; id < 2; ++id) observe(s.acceptance(), static_cast<std::uint64_t>(id), 30, 7);
+  const auto before = s.choose(candidates(2), 0);
+  EXPECT_GT(before[0], 2);
+  EXPECT_EQ(before[0], before[1]);
+  observe(s.acceptance(), 1, 200, 0);  // request 1's drafts are now always wrong
+  const auto after = s.choose(candidates(2), 0);
+  EXPECT_EQ(after[0], before[0]);
+  EXPECT_LT(after[1], before[1]);
+}
+
+TEST(Speculation, FixedAndForcedLengthsAreClampedToWhatEachRequestCanUse) {
+  SpeculationOptions fixed;
+  fixed.adaptive = false;
+  fixed.fixed_k = 5;
+  Speculation s(7, fixed);
+  EXPECT_EQ(s.choose(std::vector<SpeculationCandidate>{{0, 7}, {1, 2}}, 0),
+            (std::vector<int>{5, 2}));
+  SpeculationOptions forced;
+  forced.forced = [](std::span<const SpeculationCandidate> c) {
+    return std::vector<int>(c.size(), 9);
+  };
+  Speculation f(7, forced);
+  EXPECT_FALSE(f.adaptive());
+  EXPECT_EQ(f.choose(std::vector<SpeculationCandidate>{{0, 7}, {1, 4}}, 0),
+            (std::vector<int>{7, 4}));
+  SpeculationOptions too_long;
+  too_long.adaptive = false;
+  too_long.fixed_k = 8;
+  EXPECT_THROW(Speculation(7, too_long), k3::UsageError);
+}
+
+TEST(Speculation, WithoutAMeasuredCostItVerifiesTheWholeBlock) {
+  Speculation s(7, {});
+  EXPECT_FALSE(s.calibrated());
+  EXPECT_EQ(s.choose(candidates(2), 0), (std::vector<int>{7, 7}));
+}
+
+}  // namespace
+}  // namespace k3::test
