@@ -116,6 +116,29 @@ class H5 {
     check(H5Awrite(a.get(), t.get(), &p), "write a string attribute");
   }
 
+  void write_u64_array_attr(hid_t obj, const char* name,
+                            const std::vector<std::uint64_t>& values) const {
+    const hsize_t dims[1] = {values.size()};
+    const Hid s = space(H5Screate_simple(1, dims, nullptr), "create an array dataspace");
+    const Hid a = attr(H5Acreate2(obj, name, H5T_STD_U64LE, s.get(), H5P_DEFAULT, H5P_DEFAULT),
+                       std::string("create attribute ") + name);
+    check(H5Awrite(a.get(), H5T_NATIVE_UINT64, values.data()), "write an array attribute");
+  }
+
+  std::vector<std::uint64_t> read_u64_array_attr(hid_t obj, const std::string& where,
+                                                 const char* name) const {
+    const Hid a = open_attr(obj, where, name);
+    const Hid ft = type(H5Aget_type(a.get()), "read an attribute type");
+    const Hid s = space(H5Aget_space(a.get()), "read an attribute dataspace");
+    if (H5Tget_class(ft.get()) != H5T_INTEGER || H5Sget_simple_extent_ndims(s.get()) != 1) {
+      fail(where + "attribute \"" + std::string(name) + "\" is not an array of integers");
+    }
+    std::vector<std::uint64_t> values(
+        static_cast<std::size_t>(H5Sget_simple_extent_npoints(s.get())));
+    check(H5Aread(a.get(), H5T_NATIVE_UINT64, values.data()), "read an array attribute");
+    return values;
+  }
+
   void write_attr(hid_t obj, const char* name, hid_t file_type, hid_t mem_type,
                   const void* value) const {
     const Hid s = space(H5Screate(H5S_SCALAR), "create a scalar dataspace");
@@ -235,6 +258,12 @@ Hid file_access(const H5& h5) {
 constexpr const char* kSpeculativeAlgorithm = "speculative_algorithm";
 constexpr const char* kSpeculativeCounts[] = {"speculative_block_size", "verify_rounds",
                                               "drafted_tokens", "accepted_drafts"};
+// How the draft lengths were chosen and what they were, with the decode time against the cost
+// model's plain estimate: optional (runs written before them read as not recorded).
+constexpr const char* kSpeculativePolicy = "speculative_policy";
+constexpr const char* kDraftLengths = "draft_lengths";
+constexpr const char* kSpeculativeTimes[] = {"speculative_decode_s",
+                                             "speculative_plain_estimate_s"};
 
 void write_speculative(const H5& h5, hid_t g, const SpeculativeRun& s) {
   h5.write_string_attr(g, kSpeculativeAlgorithm, s.algorithm);
@@ -248,6 +277,13 @@ void write_speculative(const H5& h5, hid_t g, const SpeculativeRun& s) {
   for (const auto& [name, ratio] : ratios) {
     const double value = ratio.value_or(std::numeric_limits<double>::quiet_NaN());
     h5.write_attr(g, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
+  }
+  if (s.policy.empty()) return;
+  h5.write_string_attr(g, kSpeculativePolicy, s.policy);
+  h5.write_u64_array_attr(g, kDraftLengths, s.counts.draft_lengths);
+  const double times[] = {s.counts.decode_s, s.counts.plain_estimate_s};
+  for (std::size_t i = 0; i < std::size(times); ++i) {
+    h5.write_attr(g, kSpeculativeTimes[i], H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &times[i]);
   }
 }
 
@@ -266,6 +302,13 @@ std::optional<SpeculativeRun> read_speculative(const H5& h5, hid_t g, const std:
   if (s.counts.accepted_drafts > s.counts.drafted_tokens) {
     h5.fail(where + "accepted_drafts " + std::to_string(s.counts.accepted_drafts) +
             " exceeds drafted_tokens " + std::to_string(s.counts.drafted_tokens));
+  }
+  if (H5Aexists(g, kSpeculativePolicy) <= 0) return s;
+  s.policy = h5.read_string_attr(g, where, kSpeculativePolicy);
+  s.counts.draft_lengths = h5.read_u64_array_attr(g, where, kDraftLengths);
+  double* times[] = {&s.counts.decode_s, &s.counts.plain_estimate_s};
+  for (std::size_t i = 0; i < std::size(times); ++i) {
+    *times[i] = h5.read_attr<double>(g, where, kSpeculativeTimes[i], H5T_NATIVE_DOUBLE, H5T_FLOAT);
   }
   return s;
 }

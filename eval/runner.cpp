@@ -72,11 +72,29 @@ std::vector<int> assign_to_dp_groups(std::span<const std::size_t> sizes, int gro
 }
 
 SpeculativeMetrics speculative_metrics(const model::engine::GeneratorStats& stats) {
-  return {stats.verify_rounds, stats.drafted_tokens, stats.accepted_drafts};
+  const model::engine::SpeculationTally& t = stats.speculation;
+  return {stats.verify_rounds, stats.drafted_tokens, stats.accepted_drafts,
+          t.k_rounds,          t.measured_s,         t.plain_estimate_s};
+}
+
+SpeculativeMetrics sum_over_dp_groups(const dist::Groups& groups, const SpeculativeMetrics& mine) {
+  std::vector<std::uint64_t> counts = {mine.verify_rounds, mine.drafted_tokens,
+                                       mine.accepted_drafts};
+  counts.insert(counts.end(), mine.draft_lengths.begin(), mine.draft_lengths.end());
+  dist::allreduce(groups.attn_dp(), std::span<std::uint64_t>(counts), dist::ReduceOp::kSum);
+  std::array<double, 2> times = {mine.decode_s, mine.plain_estimate_s};
+  dist::allreduce(groups.attn_dp(), std::span<double>(times), dist::ReduceOp::kSum);
+  SpeculativeMetrics all{counts[0], counts[1], counts[2], {}, times[0], times[1]};
+  all.draft_lengths.assign(counts.begin() + 3, counts.end());
+  return all;
 }
 
 SpeculativeMetrics speculative_metrics(const Generator::Progress& progress) {
-  return {progress.verify_rounds, progress.drafted_tokens, progress.accepted_drafts};
+  SpeculativeMetrics m;
+  m.verify_rounds = progress.verify_rounds;
+  m.drafted_tokens = progress.drafted_tokens;
+  m.accepted_drafts = progress.accepted_drafts;
+  return m;
 }
 
 namespace {
@@ -365,11 +383,7 @@ ThroughputOutcome run_throughput(model::engine::Engine& engine, const dist::Grou
   out.steps = stats.steps;
   // Every rank of a DP group holds its group's counts: summed over one rank of each group (the
   // attn-dp group), rank 0's sum counts every group once.
-  const SpeculativeMetrics group_counts = speculative_metrics(stats);
-  std::array<std::uint64_t, 3> counts = {group_counts.verify_rounds, group_counts.drafted_tokens,
-                                         group_counts.accepted_drafts};
-  dist::allreduce(groups.attn_dp(), std::span<std::uint64_t>(counts), dist::ReduceOp::kSum);
-  out.speculative = {counts[0], counts[1], counts[2]};
+  out.speculative = sum_over_dp_groups(groups, speculative_metrics(stats));
   const std::span<const double> contribution =
       group_leader(groups) ? std::span<const double>(rows) : std::span<const double>();
   const auto all = dist::gatherv(groups.world(), contribution, 0);

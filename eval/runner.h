@@ -59,6 +59,9 @@ std::vector<int> assign_to_dp_groups(std::span<const std::size_t> sizes, int gro
 // (progress).
 SpeculativeMetrics speculative_metrics(const model::engine::GeneratorStats& stats);
 SpeculativeMetrics speculative_metrics(const model::engine::Generator::Progress& progress);
+// Collective over the world: every DP group's metrics summed (each group's counted once, from the
+// attn-dp group); every rank gets the sums. Decode times add up over the groups too.
+SpeculativeMetrics sum_over_dp_groups(const dist::Groups& groups, const SpeculativeMetrics& mine);
 
 struct EvalOutcome {
   std::vector<QuestionResult> results;  // rank 0: this run's questions, in id order

@@ -117,6 +117,11 @@ std::string format_throughput_block(const ThroughputMetrics& m) {
     };
     out += row("Accept length:", ratio(c.accept_length()));
     out += row("Accept rate:", ratio(c.accept_rate()));
+    if (!c.draft_lengths.empty()) {
+      out += row(fmt::format("Draft lengths ({}):", s.policy.empty() ? "-" : s.policy),
+                 format_draft_lengths(c));
+    }
+    if (c.saved_s()) out += row("Decode time:", format_decode_time(c));
   }
   for (const ThroughputGroupStats& g : m.groups) {
     out += row(fmt::format("DP group {}:", g.dp_group),

@@ -53,6 +53,9 @@ model::engine::ServingOptions serving_options(const K3evalOptions& o) {
   s.context_length = static_cast<std::size_t>(o.context_length);
   s.speculative = !o.speculative_algorithm.empty();
   s.speculative_block_size = o.speculative_block_size;
+  s.speculation.fixed_k = o.speculative_num_draft_tokens;
+  s.speculation.adaptive =
+      o.speculative_num_draft_tokens < 0 && o.speculative_adaptive.value_or(true);
   return s;
 }
 
@@ -79,6 +82,7 @@ model::engine::Serving build_serving(dist::Runtime& runtime, const dist::Groups&
 eval::RunnerOptions runner_options(const K3evalOptions& o, const Serving& serving) {
   eval::RunnerOptions r;
   r.generator.drafter = serving.drafter.get();
+  r.generator.speculation = serving.speculation.get();
   r.max_new_tokens = static_cast<std::size_t>(o.max_new_tokens);
   r.sampling = {static_cast<float>(o.temperature), o.seed};
   r.extractor = eval::parse_extractor(o.answer_extractor);
@@ -120,6 +124,9 @@ nlohmann::json config_json(const K3evalOptions& o, const dist::Layout& layout) {
   if (!o.speculative_algorithm.empty()) {
     config["speculative_algorithm"] = o.speculative_algorithm;
     config["speculative_block_size"] = o.speculative_block_size;
+    config["speculative_num_draft_tokens"] = o.speculative_num_draft_tokens;
+    config["speculative_adaptive"] =
+        o.speculative_num_draft_tokens < 0 && o.speculative_adaptive.value_or(true);
   }
   return config;
 }
@@ -207,8 +214,10 @@ void check_resume_matches(const fs::path& recorded, const nlohmann::json& now) {
 std::optional<eval::SpeculativeRun> speculative_run(const K3evalOptions& o, const Serving& serving,
                                                     const eval::SpeculativeMetrics& counts) {
   if (!counts.ran()) return std::nullopt;
+  const std::string policy =
+      serving.speculation && serving.speculation->adaptive() ? "goodput" : "fixed";
   return eval::SpeculativeRun{o.speculative_algorithm,
-                              static_cast<std::uint64_t>(serving.block_size), counts};
+                              static_cast<std::uint64_t>(serving.block_size), counts, policy};
 }
 
 // Collective: the generation stage's time in collectives per kind of traffic, every rank's
@@ -290,12 +299,11 @@ EvaluationInputs read_inputs(dist::Runtime& runtime, const dist::Groups& groups,
 // attn-dp group holds (rank 0's sums are the group leaders', attn-tp rank 0 of each group).
 eval::SpeculativeMetrics log_generation(const dist::Groups& groups,
                                         const model::engine::GeneratorStats& stats) {
-  std::array<std::uint64_t, 7> totals = {stats.prefill_tokens,   stats.cached_tokens,
-                                         stats.decode_tokens,    stats.generated_tokens,
-                                         stats.verify_rounds,    stats.drafted_tokens,
-                                         stats.accepted_drafts};
+  std::array<std::uint64_t, 4> totals = {stats.prefill_tokens, stats.cached_tokens,
+                                         stats.decode_tokens, stats.generated_tokens};
   dist::allreduce(groups.attn_dp(), std::span<std::uint64_t>(totals), dist::ReduceOp::kSum);
-  const eval::SpeculativeMetrics speculative{totals[4], totals[5], totals[6]};
+  const eval::SpeculativeMetrics speculative =
+      eval::sum_over_dp_groups(groups, eval::speculative_metrics(stats));
   spdlog::info(
       "generation: {} steps, {} prompt tokens computed, {} reused from the prefix cache, {} "
       "tokens generated ({} in decode steps, the rest each request's first), over {} DP "

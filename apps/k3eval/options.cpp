@@ -25,6 +25,10 @@ void validate_speculative(K3evalOptions& o) {
   if (algorithm.empty()) {
     if (o.speculative_block_size != 0)
       throw UsageError("--speculative-dspark-block-size needs --speculative-algorithm dspark");
+    if (o.speculative_num_draft_tokens >= 0)
+      throw UsageError("--speculative-num-draft-tokens needs --speculative-algorithm dspark");
+    if (o.speculative_adaptive)
+      throw UsageError("--speculative-adaptive needs --speculative-algorithm dspark");
     return;
   }
   if (algorithm != "dspark") {
@@ -40,6 +44,20 @@ void validate_speculative(K3evalOptions& o) {
   if (o.command != "eval") {
     throw UsageError("--speculative-algorithm applies to generation, not `k3eval " + o.command +
                      "`");
+  }
+  if (o.speculative_num_draft_tokens >= 0) {
+    if (o.speculative_adaptive.value_or(false)) {
+      throw UsageError("--speculative-num-draft-tokens " +
+                       std::to_string(o.speculative_num_draft_tokens) +
+                       " fixes the drafts verified per round; --speculative-adaptive chooses them "
+                       "per step: give one of the two");
+    }
+    if (o.speculative_block_size > 0 && o.speculative_num_draft_tokens > o.speculative_block_size) {
+      throw UsageError("--speculative-num-draft-tokens " +
+                       std::to_string(o.speculative_num_draft_tokens) + " exceeds "
+                       "--speculative-dspark-block-size " + std::to_string(o.speculative_block_size) +
+                       " (the drafts one round proposes)");
+    }
   }
   // Draft logits stay inside their DP group (SGLang: DSPARK with dp > 1 requires it).
   if (o.layout.enable_dp_attention && o.layout.dp > 1 && !o.layout.enable_dp_lm_head) {
@@ -111,7 +129,14 @@ po::options_description describe(K3evalOptions& o) {
       ("draft-model-path", po::value<std::string>()->value_name("PATH"),
        "alias of --speculative-draft-model-path")
       ("speculative-dspark-block-size", po::value(&o.speculative_block_size)->value_name("N"),
-       "tokens drafted per round (verify width N + 1; default: the draft's block_size, else 7)");
+       "tokens drafted per round (verify width N + 1; default: the draft's block_size, else 7)")
+      ("speculative-num-draft-tokens", po::value(&o.speculative_num_draft_tokens)->value_name("N"),
+       "verify the first N drafts of every round (0..block size; 0 decodes plainly beside the "
+       "drafter); default: chosen per request and step by --speculative-adaptive")
+      ("speculative-adaptive", po::value<bool>()->implicit_value(true)->value_name("BOOL"),
+       "choose each request's drafts per step by goodput, from step times measured on this host "
+       "and the drafts' acceptance (on by default when speculating; =false verifies the whole "
+       "block)");
   // clang-format on
 
   po::options_description evaluation("Evaluation (GSM8K, SGLang-compatible)");
@@ -284,6 +309,11 @@ K3evalOptions parse_k3eval_options(int argc, const char* const* argv) {
     po::notify(vm);
   } catch (const po::error& e) {
     throw UsageError(std::string(e.what()) + " (see k3eval --help)");
+  }
+  if (vm.count("speculative-adaptive")) o.speculative_adaptive = vm["speculative-adaptive"].as<bool>();
+  if (vm.count("speculative-num-draft-tokens") && o.speculative_num_draft_tokens < 0) {
+    throw UsageError("--speculative-num-draft-tokens " +
+                     std::to_string(o.speculative_num_draft_tokens) + " must be at least 0");
   }
   // The draft's path has SGLang's name and today's alias; both at once must agree.
   for (const char* name : {"speculative-draft-model-path", "draft-model-path"}) {

@@ -41,6 +41,10 @@ struct K3evalOptions {
   // size, the drafted tokens verified per round. Reports echo them when a verify round ran.
   std::string speculative_algorithm;
   int speculative_block_size = 0;
+  // How many drafts each request verifies per step: --speculative-num-draft-tokens N fixes it
+  // (-1: not given); otherwise --speculative-adaptive (on unless set false) chooses by goodput.
+  int speculative_num_draft_tokens = -1;
+  std::optional<bool> speculative_adaptive;
 
   // Evaluation.
   std::string data_path;  // default: K3_DEFAULT_DATA (GSM8K test.jsonl in ../shared)

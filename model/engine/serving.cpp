@@ -117,6 +117,7 @@ Serving build_serving(dist::Runtime& runtime, const dist::Groups& groups,
   std::optional<Tokenizer> tokenizer;
   std::unique_ptr<Engine> engine;
   std::unique_ptr<Drafter> drafter;
+  std::unique_ptr<Speculation> speculation;
   int block_size = 0;
   runtime.collectively([&] {
     const ModelConfig& target = *model.config;
@@ -135,11 +136,17 @@ Serving build_serving(dist::Runtime& runtime, const dist::Groups& groups,
     spdlog::debug("drafter: {:.3f} GiB weights", gib(model.draft_weights->bytes()));
     drafter = std::make_unique<Drafter>(*draft, *model.draft_weights, *engine, groups, *d);
     block_size = d->block_size;
-    spdlog::info("speculative decoding: dspark, block size {} (verify width {}), taps of target "
-                 "layers {}",
-                 d->block_size, d->block_size + 1, fmt::join(draft->dspark->target_layer_ids, ","));
+    speculation = std::make_unique<Speculation>(block_size, o.speculation);
+    spdlog::info("speculative decoding: dspark, block size {} (verify width up to {}), taps of "
+                 "target layers {}; drafts verified per round: {}",
+                 d->block_size, d->block_size + 1, fmt::join(draft->dspark->target_layer_ids, ","),
+                 speculation->adaptive()
+                     ? std::string("chosen per request and step by goodput")
+                     : std::to_string(o.speculation.fixed_k < 0 ? d->block_size
+                                                                : o.speculation.fixed_k));
   });
-  return Serving{std::move(*tokenizer), std::move(engine), std::move(drafter), block_size};
+  return Serving{std::move(*tokenizer), std::move(engine), std::move(drafter), block_size,
+                 std::move(speculation)};
 }
 
 }  // namespace k3::model::engine

@@ -15,6 +15,7 @@
 #include "model/config.h"
 #include "model/engine/dspark.h"
 #include "model/engine/engine.h"
+#include "model/engine/speculation.h"
 #include "model/load/weights.h"
 #include "model/tokenizer/tokenizer.h"
 
@@ -31,6 +32,7 @@ struct ServingOptions {
   // Build the drafter (ServingModel::draft_config must be set).
   bool speculative = false;
   int speculative_block_size = 0;  // 0: the draft checkpoint's block size
+  SpeculationOptions speculation;  // how many drafts each request verifies per step
   // Bytes this rank may use; 0: /proc/meminfo's MemAvailable shared by the ranks of this node.
   std::uint64_t available_bytes = 0;
 };
@@ -49,6 +51,7 @@ struct Serving {
   std::unique_ptr<Engine> engine;
   std::unique_ptr<Drafter> drafter;  // null without speculation
   int block_size = 0;                // the drafter's tokens per round (0 without one)
+  std::unique_ptr<Speculation> speculation;  // beside the drafter: the draft-length policy
 };
 
 // Collective over the world: one clear error on every rank if any rank's part fails

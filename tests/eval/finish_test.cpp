@@ -126,21 +126,31 @@ TEST(Finish, WithoutArtifactsOrHistoryOnlyTheLinesArePrinted) {
 
 TEST(Finish, SpeculativeDecodingReachesTheLinesTheSummaryAndTheHistory) {
   Finisher f;
-  f.context.speculative = SpeculativeRun{"dspark", 4, {8, 32, 14}};
+  SpeculativeMetrics counts = SpeculativeMetrics::of(8, 32, 14);
+  counts.draft_lengths = {2, 0, 0, 0, 8};
+  counts.decode_s = 0.75;
+  counts.plain_estimate_s = 1.0;
+  f.context.speculative = SpeculativeRun{"dspark", 4, counts, "goodput"};
   EXPECT_EQ(finish_evaluation(f.context, {}, {answered(0, true)}, 1.0, std::nullopt), 0);
   const std::string text = f.printed();
   EXPECT_NE(text.find("Output throughput: 3.000 token/s\n"
                       "Accept length: 2.750\n"
                       "Accept rate: 0.438\n"
                       "Speculative decoding: dspark, block size 4: 8 verify rounds, 32 drafted "
-                      "tokens, 14 accepted\n"),
+                      "tokens, 14 accepted\n"
+                      "Draft lengths (goodput): K=0 2, K=4 8\n"
+                      "Decode time: 0.75 s; decoding plainly, by the cost model: 1.00 s (saved "
+                      "0.25 s, 25.0 %)\n"),
             std::string::npos)
       << text;
   const auto summary = nlohmann::json::parse(read_file(f.dir / "summary.json"));
   EXPECT_EQ(summary["speculative"],
             nlohmann::json::parse(R"({"algorithm": "dspark", "block_size": 4, "verify_rounds": 8,
                                       "drafted_tokens": 32, "accepted_drafts": 14,
-                                      "accept_length": 2.75, "accept_rate": 0.4375})"));
+                                      "accept_length": 2.75, "accept_rate": 0.4375,
+                                      "policy": "goodput", "draft_lengths": {"0": 2, "4": 8},
+                                      "decode_s": 0.75, "plain_estimate_s": 1.0,
+                                      "saved_s": 0.25})"));
   const auto runs = read_history(f.context.history);
   ASSERT_EQ(runs.size(), 1u);
   EXPECT_EQ(runs[0].speculative, f.context.speculative);
@@ -191,7 +201,7 @@ TEST(Finish, ThroughputRunJudgesTokensPerSecondAndRecordsItsKind) {
 
 TEST(Finish, SpeculativeThroughputRunReportsAcceptance) {
   Finisher f;
-  f.context.speculative = SpeculativeRun{"dspark", 7, {100, 700, 210}};
+  f.context.speculative = SpeculativeRun{"dspark", 7, SpeculativeMetrics::of(100, 700, 210), ""};
   ThroughputOutcome outcome;
   outcome.seconds = 1.0;
   outcome.dp_groups = 1;

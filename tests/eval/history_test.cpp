@@ -274,7 +274,7 @@ TEST(HistoryTrend, NaNAccuracyOfARunWithoutQuestionsShowsAsADash) {
 
 TEST(HistoryTrend, AcceptLengthAndRateColumnsWhenARunRecordedSpeculation) {
   RunRecord speculative = record("/c", "", 0.5, "t1");
-  speculative.speculative = SpeculativeRun{"dspark", 4, {8, 32, 14}};
+  speculative.speculative = SpeculativeRun{"dspark", 4, SpeculativeMetrics::of(8, 32, 14), ""};
   const History h = write_and_load({record("/c", "", 0.5, "t0"), speculative});
   const Series s = select_series(h, {})[0];
   const std::string table = format_trend(s, trend(h, s));

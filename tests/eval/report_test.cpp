@@ -211,7 +211,7 @@ TEST(History, ThroughputRunsKeepTheirKindAndOlderHistoriesReadAsEvaluations) {
 TEST(History, SpeculativeFieldsRoundTripAndOlderRunsReadAsNotRecorded) {
   const fs::path p = test::scratch_dir() / "history.h5";
   RunRecord spec = run("/ckpt/tiny-hf", 2);
-  spec.speculative = SpeculativeRun{"dspark", 4, {8, 32, 14}};
+  spec.speculative = SpeculativeRun{"dspark", 4, SpeculativeMetrics::of(8, 32, 14), ""};
   append_history(p, run("/ckpt/tiny-hf", 2));  // speculation off
   append_history(p, spec);
   auto h = read_history(p);
@@ -255,7 +255,7 @@ TEST(History, SpeculativeFieldsRoundTripAndOlderRunsReadAsNotRecorded) {
 TEST(History, IncompleteOrInconsistentSpeculativeFieldsAreInputErrors) {
   const fs::path dir = test::scratch_dir();
   RunRecord spec = run("/ckpt", 1);
-  spec.speculative = SpeculativeRun{"dspark", 4, {8, 32, 14}};
+  spec.speculative = SpeculativeRun{"dspark", 4, SpeculativeMetrics::of(8, 32, 14), ""};
   const auto rewrite = [&](const fs::path& p, const char* attr, const std::uint64_t* value) {
     append_history(p, spec);
     const hid_t file = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);

@@ -99,7 +99,7 @@ TEST(Throughput, BlockHasSglangsLinesInOrder) {
 
 TEST(Throughput, SpeculativeRunAddsItsAcceptLinesAfterTheTotals) {
   ThroughputMetrics m = compute_throughput_metrics(three(), 1.5, 3);
-  m.speculative = SpeculativeRun{"dspark", 4, {8, 32, 14}};
+  m.speculative = SpeculativeRun{"dspark", 4, SpeculativeMetrics::of(8, 32, 14), ""};
   const std::string block = format_throughput_block(m);
   EXPECT_NE(block.find("Total token throughput (tok/s):          46.00\n"
                        "Speculative decoding:                    dspark, block size 4: 8 verify "
