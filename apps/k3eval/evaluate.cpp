@@ -209,11 +209,14 @@ void check_resume_matches(const fs::path& recorded, const nlohmann::json& now) {
   throw UsageError(text);
 }
 
-// What the reports say of speculative decoding: the configured algorithm and block size with
-// `counts` (every DP group's summed), or nothing when no verify round ran.
+// What the reports say of speculative decoding: the configured algorithm, block size and policy
+// with `counts` (every DP group's summed), or nothing when no decode row ran beside a drafter.
 std::optional<eval::SpeculativeRun> speculative_run(const K3evalOptions& o, const Serving& serving,
                                                     const eval::SpeculativeMetrics& counts) {
-  if (!counts.ran()) return std::nullopt;
+  const bool decoded_beside_drafter =
+      std::any_of(counts.draft_lengths.begin(), counts.draft_lengths.end(),
+                  [](std::uint64_t rows) { return rows > 0; });
+  if (!counts.ran() && !decoded_beside_drafter) return std::nullopt;
   const std::string policy =
       serving.speculation && serving.speculation->adaptive() ? "goodput" : "fixed";
   return eval::SpeculativeRun{o.speculative_algorithm,

@@ -91,8 +91,17 @@ struct DraftLayer {
 struct DraftSlot {
   // Per layer: the context's keys (k_norm, RoPE) and values, [position][local kv heads][dim].
   std::vector<std::vector<float>> keys, values;
-  std::size_t context = 0;
+  std::size_t context = 0;  // tokens projected into keys and values
+  // Taps of committed tokens not projected yet [pending][taps x hidden]: projected together
+  // before the slot's next draft, or once kMaxPendingRows wait. A request that verifies no
+  // drafts for a while (the speculation policy's K = 0) then costs its drafter nothing per
+  // token, and the catch-up is one batched product instead of one per step.
+  std::vector<float> pending_taps;
+  std::size_t pending = 0;
 };
+
+// Bounds a slot's pending taps (memory: rows x taps x hidden floats per slot).
+constexpr std::size_t kMaxPendingRows = 64;
 
 }  // namespace
 
@@ -185,6 +194,8 @@ struct Drafter::Impl {
     ds.keys.assign(layers.size(), {});
     ds.values.assign(layers.size(), {});
     ds.context = 0;
+    ds.pending_taps.clear();
+    ds.pending = 0;
   }
 
   // Keys (k_norm, then RoPE at position(r) for row r) and values of the n rows `in` holds.
@@ -202,19 +213,39 @@ struct Drafter::Impl {
     }
   }
 
-  // Equation 1: c_t = hidden_norm(fc [taps]); each layer's keys and values of c_t join the
-  // context.
+  // Committed tokens' taps wait in the slot until its next draft (or kMaxPendingRows of them).
   void extend(int s, std::span<const float> taps, std::size_t n) {
     DraftSlot& ds = slot(s);
     if (taps.size() != n * fc.cols()) {
       throw InternalError("drafter: " + std::to_string(taps.size()) + " tap values for " +
                           std::to_string(n) + " rows of " + std::to_string(fc.cols()));
     }
-    if (ds.context + n > opt.context_length) {
+    if (ds.context + ds.pending + n > opt.context_length) {
       throw InternalError("drafter: slot " + std::to_string(s) + " would hold " +
-                          std::to_string(ds.context + n) + " tokens, more than the context length");
+                          std::to_string(ds.context + ds.pending + n) +
+                          " tokens, more than the context length");
     }
     if (n == 0) return;
+    if (ds.pending == 0 && n >= kMaxPendingRows) {  // a prompt chunk: no copy
+      project(ds, taps, n);
+      return;
+    }
+    ds.pending_taps.insert(ds.pending_taps.end(), taps.begin(), taps.end());
+    ds.pending += n;
+    if (ds.pending >= kMaxPendingRows) flush(ds);
+  }
+
+  void flush(DraftSlot& ds) {
+    if (ds.pending == 0) return;
+    project(ds, ds.pending_taps, ds.pending);
+    ds.pending_taps.clear();
+    ds.pending = 0;
+  }
+
+  // Equation 1: c_t = hidden_norm(fc [taps]); each layer's keys and values of c_t join the
+  // context. Rows are projected independently (the kernels' rows do not depend on the batch),
+  // so projecting them together or one by one gives the same keys.
+  void project(DraftSlot& ds, std::span<const float> taps, std::size_t n) {
     Rows feature(n * hidden), k, v;
     fc.apply(taps, n, feature);
     rms_norm(feature.data(), n, hidden, hidden_norm, c.rms_norm_eps, feature.data());
@@ -284,7 +315,7 @@ struct Drafter::Impl {
     // Equation 2: [anchor, mask, ...] embedded by the target at positions p .. p + G - 1.
     std::vector<std::int32_t> ids(n, d.mask_token_id);
     for (std::size_t i = 0; i < batch.size(); ++i) {
-      slot(batch[i].slot);  // checks the slot
+      flush(slot(batch[i].slot));  // checks the slot; its whole context projected
       ids[i * G] = batch[i].anchor;
     }
     Rows h, xn(n * H), q(n * QW), kb, vb, attn, o(n * H), f;
@@ -428,7 +459,8 @@ std::size_t Drafter::tap_width() const { return impl_->fc.cols(); }
 void Drafter::reset_slot(int slot) { impl_->reset(slot); }
 void Drafter::copy_slot(int from, int to) { impl_->slot(to) = impl_->slot(from); }
 std::size_t Drafter::context(int slot) const {
-  return impl_->slots.at(static_cast<std::size_t>(slot)).context;
+  const DraftSlot& ds = impl_->slots.at(static_cast<std::size_t>(slot));
+  return ds.context + ds.pending;
 }
 
 void Drafter::extend(int slot, std::span<const float> taps, std::size_t rows) {

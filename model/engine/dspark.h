@@ -73,7 +73,9 @@ class Drafter : public DraftSource {
   std::size_t context(int slot) const;  // committed tokens whose features the slot holds
 
   // Appends the features of `rows` committed tokens of `slot` from their taps [rows, taps x
-  // hidden] (StepResult::taps). Local: no collective.
+  // hidden] (StepResult::taps), projected into the layers' keys and values before the slot's
+  // next draft (or once 64 wait): a request that drafts nothing for a while costs nothing per
+  // token. Local: no collective.
   void extend(int slot, std::span<const float> taps, std::size_t rows) override;
 
   // Collective over the world: per request, block_size proposed tokens after its anchor.

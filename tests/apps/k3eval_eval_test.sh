@@ -286,14 +286,19 @@ PY
     expect_out '^Golden tokens: 20 of 20 completions identical$'
     expect_out '^Accept length: [0-9.]+$'
     expect_out '^Speculative decoding: dspark, block size 7: [0-9]+ verify rounds'
-    grep -qF 'speculative decoding: dspark, block size 7 (verify width 8)' <<<"$out$err" ||
+    grep -qF 'speculative decoding: dspark, block size 7 (verify width up to 8)' <<<"$out$err" ||
       fail "no speculative decoding log line"
+    grep -qF 'drafts verified per round: chosen per request and step by goodput' <<<"$out$err" ||
+      fail "no draft-length policy in the log"
+    expect_out '^Draft lengths \(goodput\): K=[0-9]+ [0-9]+'
+    expect_out '^Decode time: [0-9.]+ s; decoding plainly, by the cost model: [0-9.]+ s \((saved|lost) '
     grep -qE 'accept len [0-9.]+, accept rate [0-9.]+' <<<"$out$err" || fail "no accept len in the log"
     python3 -c '
 import json, sys
 s = json.load(open(sys.argv[1]))["speculative"]
 assert s["algorithm"] == "dspark" and s["block_size"] == 7, s
-assert s["accept_length"] >= 1 and s["verify_rounds"] > 0, s' "$work/q/summary.json" ||
+assert s["accept_length"] >= 1 and s["verify_rounds"] > 0, s
+assert s["policy"] == "goodput" and s["draft_lengths"] and s["plain_estimate_s"] > 0, s' "$work/q/summary.json" ||
       fail "summary.json: $(cat "$work/q/summary.json")"
     args=("${common[@]}" --num-questions 6 --max-new-tokens 24 --fp32-activations)
     for np in 1 8; do
@@ -308,6 +313,16 @@ assert s["accept_length"] >= 1 and s["verify_rounds"] > 0, s' "$work/q/summary.j
       [[ $(wc -l <"$work/fp$np") -eq 6 ]] || fail "$np rank(s), plain: $(cat "$work/fp$np")"
       cmp -s "$work/fp$np" "$work/fs$np" ||
         fail "$np rank(s): speculative tokens differ: $(diff "$work/fp$np" "$work/fs$np")"
+      # A fixed draft length (none at all on one rank: plain decode rows beside the drafter).
+      fixed=$((np == 1 ? 0 : 3))
+      run "$np" "${args[@]}" "${layout[@]}" "${spec[@]}" --speculative-num-draft-tokens "$fixed" \
+        --artifacts-dir "$work/fixed$np"
+      expect_rc 0
+      # (K=$fixed for every row but those near a request's end, which can use fewer drafts)
+      expect_out "^Draft lengths \\(fixed\\): (.*, )?K=$fixed [0-9]+\$"
+      facts "$work/fixed$np/questions.jsonl" >"$work/ff$np"
+      cmp -s "$work/fp$np" "$work/ff$np" ||
+        fail "$np rank(s), K=$fixed: tokens differ: $(diff "$work/fp$np" "$work/ff$np")"
     done
     run 2 --model-path "$ck" --mode throughput --dataset-name random --random-input-len 32 \
       --random-output-len 32 --num-prompts 4 --progress log --tp 2 --dp 2 --ep 2 \
@@ -324,6 +339,15 @@ assert s["accept_length"] >= 1 and s["verify_rounds"] > 0, s' "$work/q/summary.j
     run 1 "${common[@]}" --speculative-dspark-block-size 3
     expect_rc 2
     expect_err "--speculative-dspark-block-size needs --speculative-algorithm dspark"
+    run 1 "${common[@]}" --speculative-num-draft-tokens 3
+    expect_rc 2
+    expect_err "--speculative-num-draft-tokens needs --speculative-algorithm dspark"
+    run 1 "${common[@]}" "${spec[@]}" --speculative-num-draft-tokens 3 --speculative-adaptive
+    expect_rc 2
+    expect_err "give one of the two"
+    run 1 "${common[@]}" "${spec[@]}" --speculative-num-draft-tokens 9
+    expect_rc 2
+    expect_err "--speculative-num-draft-tokens 9 exceeds the drafter's block size 7"
     run 1 "${common[@]}" "${spec[@]}" --speculative-dspark-block-size 65
     expect_rc 2
     expect_err "--speculative-dspark-block-size 65 must be in 1..64"
