@@ -93,8 +93,8 @@ std::string format_draft_lengths(const SpeculativeMetrics& counts);
 // estimate.
 std::string format_decode_time(const SpeculativeMetrics& counts);
 
-// summary.json's "speculative" object: {"algorithm", "block_size", "policy", "verify_rounds",
-// "drafted_tokens", "accepted_drafts", "accept_length", "accept_rate", "draft_lengths"
+// summary.json's "speculative" object: {"algorithm", "block_size", "verify_rounds",
+// "drafted_tokens", "accepted_drafts", "accept_length", "accept_rate", "policy", "draft_lengths"
 // ({"K": rows}), "decode_s", "plain_estimate_s", "saved_s"} (a ratio without its denominator and
 // a time without its estimate are null).
 nlohmann::ordered_json speculative_json(const SpeculativeRun& run);
