@@ -6,10 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
+#include <memory>
+#include <span>
 #include <sstream>
 
 #include "dist/collectives.h"
 #include "model/engine/dspark.h"
+#include "model/engine/speculation.h"
 #include "tests/model/engine/engine_support.h"
 #include "tests/model/test_dirs.h"
 #include "tests/support/mpi_test.h"
@@ -121,8 +125,11 @@ void check_layout_invariance(FormatKind kind, std::size_t prompt_count) {
 
 // Speculative decoding with the synthetic DSpark drafter distributed like the model (heads over
 // attention TP, the LM head's vocabulary shard): the one-rank plain path's tokens, while DP
-// groups accept different lengths and a group without prompts joins every round.
-TEST(EngineLayouts, SpeculativeSameTokensAsOneRankPlain) {
+// groups accept different lengths and a group without prompts joins every round. With
+// `make_speculation`, each rank's draft-length policy (null: every round verifies the block).
+void check_speculative(
+    const std::function<std::unique_ptr<model::engine::Speculation>(const dist::Layout&, int)>&
+        make_speculation = {}) {
   dist::Runtime& rt = runtime();
   const dist::Layout layout = dist::Layout::make(layout_from_env(rt.world_size()));
   const dist::Groups groups(layout, rt.world());
@@ -154,6 +161,8 @@ TEST(EngineLayouts, SpeculativeSameTokensAsOneRankPlain) {
   model::engine::Drafter drafter(dc, draft.loaded.weights, engine, groups,
                                  model::engine::drafter_options(*dc.dspark, o));
   g.drafter = &drafter;
+  const auto speculation = make_speculation ? make_speculation(layout, rt.rank()) : nullptr;
+  g.speculation = speculation.get();
   model::engine::GeneratorStats stats;
   const auto got = gather_tokens(
       groups, mine, generate(engine, groups, g, my_prompts, kNewTokens, {}, &stats),
@@ -183,14 +192,46 @@ TEST(EngineLayouts, SpeculativeSameTokensAsOneRankPlain) {
       std::printf("DP group %d: %llu verify rounds, %llu drafts accepted\n", group,
                   static_cast<unsigned long long>(rounds),
                   static_cast<unsigned long long>(accepted));
-      EXPECT_GT(rounds, 0u) << "DP group " << group;
+      // (The adaptive policy may decode a group plainly throughout: no rounds to expect.)
+      if (!make_speculation) {
+        EXPECT_GT(rounds, 0u) << "DP group " << group;
+      }
     }
-    if (groups_count > 1) {
+    if (groups_count > 1 && !make_speculation) {
       EXPECT_NE(acceptance[1] * acceptance[2], acceptance[0] * acceptance[3])
           << "the first two DP groups accepted the same share of drafts";
     }
   }
   dist::barrier(groups.world());
+}
+
+TEST(EngineLayouts, SpeculativeSameTokensAsOneRankPlain) { check_speculative(); }
+
+// Different draft lengths in one step, and different ones in each DP group (K from the request
+// id, the DP group and the step): every rank stays in lockstep and the tokens are the plain ones.
+TEST(EngineLayouts, SpeculativeMixedDraftLengthsAcrossDpGroups) {
+  check_speculative([](const dist::Layout& layout, int rank) {
+    const int dp = layout.coords(rank).dp_rank;
+    auto steps = std::make_shared<int>(0);
+    model::engine::SpeculationOptions o;
+    o.forced = [dp, steps](std::span<const model::engine::SpeculationCandidate> c) {
+      std::vector<int> k;
+      for (const auto& one : c)
+        k.push_back(static_cast<int>((one.request * 3 + static_cast<std::uint64_t>(dp) +
+                                      static_cast<std::uint64_t>(*steps)) % 8));
+      ++*steps;
+      return k;
+    };
+    return std::make_unique<model::engine::Speculation>(7, o);
+  });
+}
+
+// The adaptive policy under the layout: its measured step times are the world's mean, so every
+// rank of a DP group chooses the same lengths (a rank choosing differently would hang or fail).
+TEST(EngineLayouts, SpeculativeAdaptiveDraftLengths) {
+  check_speculative([](const dist::Layout&, int) {
+    return std::make_unique<model::engine::Speculation>(7, model::engine::SpeculationOptions{});
+  });
 }
 
 TEST(EngineLayouts, SameGreedyTokensAsOneRankHf) { check_layout_invariance(FormatKind::kHf, 7); }
