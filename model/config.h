@@ -59,9 +59,7 @@ struct ModelConfig {
   int num_attention_heads = 0;
   int q_lora_rank = 0;
   int kv_lora_rank = 0;
-  int qk_nope_head_dim = 0;
-  int qk_rope_head_dim = 0;
-  int v_head_dim = 0;
+  int qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;  // per head
 
   // LatentMoE
   int num_experts = 0;

@@ -4,43 +4,20 @@
 #include <cstring>
 #include <set>
 
-#include "model/checkpoint/file.h"
 #include "common/error.h"
+#include "model/checkpoint/file.h"
 
 namespace k3::model {
 
 using nlohmann::json;
 
 std::string_view gguf_type_name(GgufType type) {
-  switch (type) {
-    case GgufType::kU8:
-      return "UINT8";
-    case GgufType::kI8:
-      return "INT8";
-    case GgufType::kU16:
-      return "UINT16";
-    case GgufType::kI16:
-      return "INT16";
-    case GgufType::kU32:
-      return "UINT32";
-    case GgufType::kI32:
-      return "INT32";
-    case GgufType::kF32:
-      return "FLOAT32";
-    case GgufType::kBool:
-      return "BOOL";
-    case GgufType::kString:
-      return "STRING";
-    case GgufType::kArray:
-      return "ARRAY";
-    case GgufType::kU64:
-      return "UINT64";
-    case GgufType::kI64:
-      return "INT64";
-    case GgufType::kF64:
-      return "FLOAT64";
-  }
-  return "UNKNOWN";
+  // In GgufType's order: the type's number is its index.
+  static constexpr std::string_view kNames[] = {"UINT8",  "INT8",    "UINT16", "INT16",  "UINT32",
+                                                "INT32",  "FLOAT32", "BOOL",   "STRING", "ARRAY",
+                                                "UINT64", "INT64",   "FLOAT64"};
+  const auto i = static_cast<std::size_t>(type);
+  return i < std::size(kNames) ? kNames[i] : "UNKNOWN";
 }
 
 namespace {
@@ -154,14 +131,12 @@ json read_scalar(Cursor& c, GgufType t, const std::string& key) {
   c.fail("key '" + key + "': unexpected type");
 }
 
-}  // namespace
-
-GgufFile parse_gguf_header(std::span<const std::uint8_t> bytes, std::uint64_t file_size,
-                           const std::string& source) {
-  Cursor c(bytes, file_size, source);
-  GgufFile f;
-  f.path = source;
-  f.file_size = file_size;
+// The magic, the version and the two counts, each count bounded by what the file can hold.
+struct Counts {
+  std::uint64_t tensors = 0;
+  std::uint64_t kv = 0;
+};
+Counts read_preamble(Cursor& c, GgufFile& f) {
   const auto magic = c.get<std::uint32_t>("the magic");
   if (magic != kGgufMagic) {
     char shown[32];
@@ -174,43 +149,53 @@ GgufFile parse_gguf_header(std::span<const std::uint8_t> bytes, std::uint64_t fi
   if (f.version != 2 && f.version != 3) {
     c.fail("unsupported GGUF version " + std::to_string(f.version) + " (expected 2 or 3)");
   }
-  const auto n_tensors = c.get<std::uint64_t>("the tensor count");
-  const auto n_kv = c.get<std::uint64_t>("the metadata count");
+  Counts n;
+  n.tensors = c.get<std::uint64_t>("the tensor count");
+  n.kv = c.get<std::uint64_t>("the metadata count");
   // Each tensor info takes at least 8+1+4+8+4+8 bytes, each key-value at least 8+1+4+1.
-  if (n_tensors > c.remaining() / 33) {
-    c.fail("tensor count " + std::to_string(n_tensors) + " cannot fit in the file");
+  if (n.tensors > c.remaining() / 33) {
+    c.fail("tensor count " + std::to_string(n.tensors) + " cannot fit in the file");
   }
-  if (n_kv > c.remaining() / 14)
-    c.fail("metadata count " + std::to_string(n_kv) + " cannot fit in the file");
+  if (n.kv > c.remaining() / 14)
+    c.fail("metadata count " + std::to_string(n.kv) + " cannot fit in the file");
+  return n;
+}
 
+// One metadata value of type `raw` (already checked valid): a scalar, or an array of scalars.
+GgufValue read_value(Cursor& c, std::uint32_t raw, const std::string& key) {
+  GgufValue v;
+  v.type = static_cast<GgufType>(raw);
+  if (v.type != GgufType::kArray) {
+    v.value = read_scalar(c, v.type, key);
+    return v;
+  }
+  const auto elem = c.get<std::uint32_t>("an array element type");
+  if (!valid_type(elem))
+    c.fail("key '" + key + "': unknown array element type " + std::to_string(elem));
+  v.elem = static_cast<GgufType>(elem);
+  if (v.elem == GgufType::kArray) c.fail("key '" + key + "': arrays of arrays are not supported");
+  const auto count = c.get<std::uint64_t>("an array length");
+  if (count > c.remaining() / scalar_size(v.elem)) {
+    c.fail("key '" + key + "': array of " + std::to_string(count) + " " +
+           std::string(gguf_type_name(v.elem)) + " cannot fit in the " +
+           std::to_string(c.remaining()) + " bytes left");
+  }
+  v.value = json::array();
+  auto& arr = v.value.get_ref<json::array_t&>();
+  arr.reserve(count);
+  for (std::uint64_t j = 0; j < count; ++j) arr.push_back(read_scalar(c, v.elem, key));
+  return v;
+}
+
+// The key-value section, then general.alignment (a power of two) when it is set.
+void read_metadata(Cursor& c, std::uint64_t n_kv, GgufFile& f) {
   for (std::uint64_t i = 0; i < n_kv; ++i) {
     std::string key = c.string("a metadata key");
     if (key.empty()) c.fail("metadata key #" + std::to_string(i) + " is empty");
     if (f.kv.count(key)) c.fail("metadata key '" + key + "' appears twice");
     const auto raw = c.get<std::uint32_t>("a value type");
     if (!valid_type(raw)) c.fail("key '" + key + "': unknown value type " + std::to_string(raw));
-    GgufValue v;
-    v.type = static_cast<GgufType>(raw);
-    if (v.type == GgufType::kArray) {
-      const auto elem = c.get<std::uint32_t>("an array element type");
-      if (!valid_type(elem))
-        c.fail("key '" + key + "': unknown array element type " + std::to_string(elem));
-      v.elem = static_cast<GgufType>(elem);
-      if (v.elem == GgufType::kArray)
-        c.fail("key '" + key + "': arrays of arrays are not supported");
-      const auto count = c.get<std::uint64_t>("an array length");
-      if (count > c.remaining() / scalar_size(v.elem)) {
-        c.fail("key '" + key + "': array of " + std::to_string(count) + " " +
-               std::string(gguf_type_name(v.elem)) + " cannot fit in the " +
-               std::to_string(c.remaining()) + " bytes left");
-      }
-      v.value = json::array();
-      auto& arr = v.value.get_ref<json::array_t&>();
-      arr.reserve(count);
-      for (std::uint64_t j = 0; j < count; ++j) arr.push_back(read_scalar(c, v.elem, key));
-    } else {
-      v.value = read_scalar(c, v.type, key);
-    }
+    GgufValue v = read_value(c, raw, key);
     f.kv.emplace(std::move(key), std::move(v));
   }
   if (auto it = f.kv.find("general.alignment"); it != f.kv.end()) {
@@ -223,12 +208,13 @@ GgufFile parse_gguf_header(std::span<const std::uint8_t> bytes, std::uint64_t fi
       c.fail("general.alignment " + std::to_string(a) + " is not a power of two");
     f.alignment = a;
   }
+}
 
+// The tensor infos: names, dimensions and types checked; the offsets (relative to the data
+// section, not yet checked) returned in the same order.
+std::vector<std::uint64_t> read_tensor_infos(Cursor& c, std::uint64_t n_tensors, GgufFile& f) {
   std::set<std::string> names;
-  struct Raw {
-    std::uint64_t rel;
-  };
-  std::vector<Raw> raw_offsets;
+  std::vector<std::uint64_t> offsets;
   for (std::uint64_t i = 0; i < n_tensors; ++i) {
     TensorEntry t;
     t.name = c.string("a tensor name");
@@ -260,20 +246,26 @@ GgufFile parse_gguf_header(std::span<const std::uint8_t> bytes, std::uint64_t fi
              std::string(dtype_name(t.dtype)) + " (row length must be a multiple of its block)");
     }
     t.nbytes = *size;
-    raw_offsets.push_back({c.get<std::uint64_t>("a tensor offset")});
+    offsets.push_back(c.get<std::uint64_t>("a tensor offset"));
     f.tensors.push_back(std::move(t));
   }
+  return offsets;
+}
+
+// The data section after the aligned header end: every tensor's offset aligned, its bytes inside
+// the file, and no two tensors overlapping.
+void place_tensors(const Cursor& c, const std::vector<std::uint64_t>& offsets, GgufFile& f) {
   const std::uint64_t header_end = c.pos();
   f.data_start =
-      n_tensors == 0 ? header_end : (header_end + f.alignment - 1) / f.alignment * f.alignment;
-  if (f.data_start > file_size) {
+      f.tensors.empty() ? header_end : (header_end + f.alignment - 1) / f.alignment * f.alignment;
+  if (f.data_start > f.file_size) {
     c.fail("data section starts at byte " + std::to_string(f.data_start) + " past the end of the " +
-           std::to_string(file_size) + "-byte file");
+           std::to_string(f.file_size) + "-byte file");
   }
-  const std::uint64_t data_size = file_size - f.data_start;
+  const std::uint64_t data_size = f.file_size - f.data_start;
   for (std::size_t i = 0; i < f.tensors.size(); ++i) {
     TensorEntry& t = f.tensors[i];
-    const std::uint64_t rel = raw_offsets[i].rel;
+    const std::uint64_t rel = offsets[i];
     if (rel % f.alignment != 0) {
       c.fail("tensor '" + t.name + "': offset " + std::to_string(rel) +
              " is not a multiple of the alignment " + std::to_string(f.alignment));
@@ -294,6 +286,20 @@ GgufFile parse_gguf_header(std::span<const std::uint8_t> bytes, std::uint64_t fi
       c.fail("tensors '" + order[i - 1]->name + "' and '" + order[i]->name + "' overlap");
     }
   }
+}
+
+}  // namespace
+
+GgufFile parse_gguf_header(std::span<const std::uint8_t> bytes, std::uint64_t file_size,
+                           const std::string& source) {
+  Cursor c(bytes, file_size, source);
+  GgufFile f;
+  f.path = source;
+  f.file_size = file_size;
+  const Counts n = read_preamble(c, f);
+  read_metadata(c, n.kv, f);
+  const std::vector<std::uint64_t> offsets = read_tensor_infos(c, n.tensors, f);
+  place_tensors(c, offsets, f);
   return f;
 }
 

@@ -15,6 +15,11 @@
 
 namespace k3::model {
 
+inline constexpr std::uint32_t kGgufMagic = 0x46554747;  // "GGUF" little-endian
+inline constexpr std::uint32_t kGgufDefaultAlignment = 32;
+inline constexpr std::size_t kGgufMaxTensorName = 63;  // ggml's GGML_MAX_NAME - 1
+
+// A metadata value's on-disk type (ggml's gguf_type).
 enum class GgufType : std::uint32_t {
   kU8 = 0,
   kI8 = 1,
@@ -39,10 +44,6 @@ struct GgufValue {
   GgufType elem = GgufType::kU8;  // arrays only
   nlohmann::json value;
 };
-
-inline constexpr std::uint32_t kGgufMagic = 0x46554747;  // "GGUF" little-endian
-inline constexpr std::uint32_t kGgufDefaultAlignment = 32;
-inline constexpr std::size_t kGgufMaxTensorName = 63;  // ggml's GGML_MAX_NAME - 1
 
 struct GgufFile {
   std::string path;

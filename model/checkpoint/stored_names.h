@@ -1,6 +1,7 @@
 // The names a format stores beside, or instead of, a logical parameter's own, each written once:
-// the binding reads them (binding.cpp) and the synthetic writer writes them (synth.cpp). The
-// one-to-one GGUF names are gguf_name (gguf_names.h); the logical names are kimi_k3_definition's.
+// the binding reads them (binding.cpp) and the synthetic writers write them (synth/*_writer.cpp).
+// The one-to-one GGUF names are gguf_name (gguf_names.h); the logical names are
+// kimi_k3_definition's.
 #pragma once
 
 #include <cstdint>

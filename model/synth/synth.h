@@ -56,7 +56,7 @@ struct SynthStructure {
 };
 
 // What a tensor's synthetic values look like, chosen by its place in the model's typed tree
-// (synth.cpp, synth_roles), never by its name.
+// (values.cpp, synth_roles), never by its name.
 enum class SynthShape {
   kMatrix,      // roughly normal, variance gain^2 / fan_in
   kNormWeight,  // 1 + 0.1 u

@@ -7,10 +7,12 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "common/error.h"
 #include "model/load/binding.h"
 #include "model/checkpoint/checkpoint.h"
+#include "model/checkpoint/synth_writers.h"
 #include "model/load/load_plan.h"
 #include "model/load/loader.h"
 #include "model/load/pipeline.h"
@@ -214,6 +216,14 @@ TEST(Formats, EachRepresentationFamilyHasOneDecidingCapability) {
     EXPECT_FALSE(f.has(Capability::kGgmlBlockLinears) && f.has(Capability::kModelSlimQuantization));
     EXPECT_NE(f.has(Capability::kTiktokenVocabulary), f.has(Capability::kEmbeddedVocabulary));
   }
+}
+
+// Every format writes synthetic checkpoints, each through its own unit: synth_writer is the one
+// map from a kind to its writer.
+TEST(Formats, EachFormatHasItsOwnSyntheticWriter) {
+  std::set<const synth::SynthWriter*> writers;
+  for (FormatKind k : kAllFormats) writers.insert(&synth_writer(k));
+  EXPECT_EQ(writers.size(), kAllFormats.size());
 }
 
 TEST(ProductionRegression, ModelSlimKeepsDenseKvBWhileQuantizingLatentProjections) {
