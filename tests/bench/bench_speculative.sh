@@ -11,7 +11,9 @@
 # small next to its target, as Kimi-K3's is. The GGUF pairs are written to build/bench/ on first
 # use. Environment: REPS (2), BATCHES ("1 16"), RANKS ("1 2"), PROMPTS per sequence slot (4:
 # one random prompt can fall into a loop the drafter predicts whole), INPUT_LEN (64),
-# OUTPUT_LEN (128), BLOCK (the drafter's block size; default the checkpoint's 7), BUILD (build).
+# OUTPUT_LEN (128), BLOCK (the drafter's block size; default the checkpoint's 7), SPEC_ARGS
+# (more k3eval options for the speculative side, e.g. "--speculative-num-draft-tokens 7" for a
+# fixed draft length instead of the default goodput choice), BUILD (build).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${BUILD:-$root/build}
@@ -23,6 +25,7 @@ input_len=${INPUT_LEN:-64}
 output_len=${OUTPUT_LEN:-128}
 prompts=${PROMPTS:-4}
 block=${BLOCK:-}
+read -r -a spec_args <<<"${SPEC_ARGS:-}"
 corpus=$root/../shared/data/gsm8k/train.jsonl
 
 case $pair in
@@ -61,8 +64,9 @@ if [[ $(id -u) -eq 0 ]]; then
 fi
 export OMPI_MCA_mpi_yield_when_idle=1
 
-# One measurement: prints "tok/s accept_length tpot_ms" (accept length "-" without speculation;
-# TPOT is the mean time per output token after the first, i.e. decode alone).
+# One measurement: prints "tok/s accept_length tpot_ms lengths" (accept length "-" without
+# speculation or verify rounds; TPOT is the mean time per output token after the first, i.e.
+# decode alone; lengths: the decode rows per draft length, "K=0:12,K=7:40", "-" without).
 run() {
   local np=$1 batch=$2 speculative=$3 layout=() spec=() out
   if [[ $np -gt 1 ]]; then
@@ -71,32 +75,35 @@ run() {
   if [[ $speculative == yes ]]; then
     spec=(--speculative-algorithm dspark --speculative-draft-model-path "$draft")
     [[ -n $block ]] && spec+=(--speculative-dspark-block-size "$block")
+    spec+=("${spec_args[@]}")
   fi
   out=$(mpirun --oversubscribe -np "$np" "$build/bin/k3eval" --model-path "$target" \
     --mode throughput --dataset-name random --random-input-len "$input_len" \
     --random-output-len "$output_len" --num-prompts $((prompts * batch * np)) \
     --max-running-requests "$batch" --progress log "${layout[@]}" "${spec[@]}" 2>&1)
-  local tps accept tpot
+  local tps accept tpot lengths
   tps=$(awk -F: '/^Output token throughput/ {gsub(/ /, "", $2); print $2}' <<<"$out")
   accept=$(awk -F: '/^Accept length/ {gsub(/ /, "", $2); print $2}' <<<"$out")
+  [[ $accept == - ]] && accept=
   tpot=$(awk -F: '/^Mean TPOT/ {gsub(/ /, "", $2); print $2}' <<<"$out")
+  lengths=$(sed -nE 's/^Draft lengths \([a-z-]+\): +//p' <<<"$out" | sed -E 's/ /:/g; s/,:/,/g')
   [[ -n $tps && -n $tpot ]] || { echo "k3eval failed:" >&2; echo "$out" >&2; exit 1; }
-  echo "$tps ${accept:--} $tpot"
+  echo "$tps ${accept:--} $tpot ${lengths:--}"
 }
 
 echo "# $(date -u +%FT%TZ) $pair pair, input $input_len, output $output_len tokens per prompt," \
   "$prompts prompts per sequence slot, block size ${block:-of the checkpoint}, $reps reps per side," \
   "load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "ranks | batch per DP group | plain tok/s | dspark tok/s | speed-up | plain TPOT ms |" \
-  "dspark TPOT ms | decode speed-up | accept length"
+  "dspark TPOT ms | decode speed-up | accept length | decode rows per K (last rep)"
 for np in $ranks; do
   for batch in $batches; do
-    plain=() spec=() plain_tpot=() spec_tpot=() accept=-
+    plain=() spec=() plain_tpot=() spec_tpot=() accept=- lengths=-
     for ((r = 0; r < reps; ++r)); do  # alternated, so drift hits both sides alike
-      read -r tps _ tpot < <(run "$np" "$batch" no)
+      read -r tps _ tpot _ < <(run "$np" "$batch" no)
       plain+=("$tps")
       plain_tpot+=("$tpot")
-      read -r tps accept tpot < <(run "$np" "$batch" yes)
+      read -r tps accept tpot lengths < <(run "$np" "$batch" yes)
       spec+=("$tps")
       spec_tpot+=("$tpot")
     done
@@ -108,6 +115,6 @@ for np in $ranks; do
     best_spec_tpot=$(printf '%s\n' "${spec_tpot[@]}" | sort -g | head -1)
     decode=$(awk -v a="$best_plain_tpot" -v b="$best_spec_tpot" 'BEGIN { printf "%.2f", a / b }')
     echo "$np | $batch | ${plain[*]} | ${spec[*]} | ${ratio}x (best/best) | ${plain_tpot[*]} |" \
-      "${spec_tpot[*]} | ${decode}x | $accept"
+      "${spec_tpot[*]} | ${decode}x | $accept | $lengths"
   done
 done
