@@ -87,6 +87,11 @@ inline const std::uint8_t* block_row(const MatrixView& w, std::size_t row) {
   return w.data.data() + row * (w.cols / kElems * kBytes);
 }
 
+// Rows [row0, row0 + nrows) of a repacked view (whole groups) unpacked into a per-thread plain
+// copy, then through `tile` where it is not null, else through `row`: the plain matrix's bits.
+void run_unpacked(const MatrixView& w, std::size_t row0, std::size_t nrows, const ActView& a,
+                  float* y, std::size_t ldy, RowKernel row, TileKernel tile);
+
 // Tables are complete for scalar; a null entry in a SIMD table falls back to the next lower ISA.
 const KernelTable& scalar_kernels();
 const KernelTable& avx2_kernels();

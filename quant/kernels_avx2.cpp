@@ -7,14 +7,12 @@
 #include "quant/fp.h"
 #include "quant/kernel_table.h"
 #include "quant/reference.h"
-#include "quant/repack.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 
 #include <algorithm>
 #include <type_traits>
-#include <vector>
 
 #define K3_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define K3_AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) inline
@@ -506,18 +504,7 @@ K3_AVX2 void repacked_tile(const MatrixView& w, size_t r0, size_t nr, const ActV
     for (size_t r = r0; r < r0 + nr; r += 4) gemv_group<T>(w, r, a, y);
     return;
   }
-  thread_local std::vector<uint8_t> buf;
-  buf.resize(nr * (w.data.size() / w.rows));
-  unpack_rows(w, r0, nr, buf.data());
-  MatrixView v;
-  v.type = w.type;
-  v.rows = nr;
-  v.cols = w.cols;
-  v.data = buf;
-  const RowKernel row = avx2_kernels().row[static_cast<size_t>(T)];
-  for (size_t a0 = 0; a0 < a.rows; a0 += kMaxActs) {
-    for (size_t u = 0; u < nr; ++u) row(v, u, a, a0, std::min(kMaxActs, a.rows - a0), y + r0, ldy);
-  }
+  run_unpacked(w, r0, nr, a, y, ldy, avx2_kernels().row[static_cast<size_t>(T)], nullptr);
 }
 
 // ------------------------------------------------------------------ the table
