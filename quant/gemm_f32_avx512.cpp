@@ -31,9 +31,7 @@ constexpr size_t kTileRows = 12;
 [[gnu::always_inline]] inline void store_masked(float* p, Mask m, Floats v) {
   _mm512_mask_storeu_ps(p, m, v);
 }
-[[gnu::always_inline]] inline Mask lane_mask(size_t n) {
-  return static_cast<Mask>((1u << n) - 1);
-}
+[[gnu::always_inline]] inline Mask lane_mask(size_t n) { return static_cast<Mask>((1u << n) - 1); }
 [[gnu::always_inline]] inline Floats broadcast(const float* p) { return _mm512_set1_ps(*p); }
 [[gnu::always_inline]] inline Floats fmadd(Floats a, Floats b, Floats c) {
   return _mm512_fmadd_ps(a, b, c);

@@ -1,5 +1,5 @@
 // AMX kernels (Isa::kAmx): Q8_0 in the VNNI order (quant/repack.h) at 2 or more activation rows.
-// As in kernels_avx512.cpp, the ISA is enabled per function with a target attribute.
+// As in kernels_avx512*.cpp, the ISA is enabled per function with a target attribute.
 //
 // A VNNI-order super-block is exactly an AMX B tile: 16 weight rows as the 16 int32 columns, 4
 // consecutive codes of a row in each 32-bit column entry, one 64-byte tile row per 4 elements, so
@@ -97,17 +97,15 @@ K3_AMX inline void store_seeds(const ActView& a, size_t m0, size_t m, size_t b,
 
 using Accumulators = __m512[kVnniTileGroups][kMaxRows][4];  // [group][activation row][b mod 4]
 
-K3_AMX inline __attribute__((always_inline)) void zero(Accumulators& acc, size_t groups,
-                                                       size_t m) {
+K3_AMX inline __attribute__((always_inline)) void zero(Accumulators& acc, size_t groups, size_t m) {
   for (size_t s = 0; s < groups; ++s)
     for (size_t i = 0; i < m; ++i)
       for (int k = 0; k < 4; ++k) acc[s][i][k] = _mm512_setzero_ps();
 }
 
 // Each row's (acc0 + acc1) + (acc2 + acc3), the AVX-512 kernels' last step, to y [m, ldy].
-K3_AMX inline __attribute__((always_inline)) void store_rows(const Accumulators& acc,
-                                                             size_t groups, size_t m, float* y,
-                                                             size_t ldy) {
+K3_AMX inline __attribute__((always_inline)) void store_rows(const Accumulators& acc, size_t groups,
+                                                             size_t m, float* y, size_t ldy) {
   for (size_t s = 0; s < groups; ++s) {
     for (size_t i = 0; i < m; ++i) {
       const __m512 row = _mm512_add_ps(_mm512_add_ps(acc[s][i][0], acc[s][i][1]),
