@@ -10,6 +10,7 @@
 #if defined(__x86_64__)
 
 namespace k3::quant::detail::avx512 {
+namespace {
 
 template <Type T>
 K3_512_INLINE __m512 load_w(const uint8_t* p) {
@@ -49,6 +50,8 @@ K3_512_INLINE float finish_row(Floats acc0, Floats acc1, const uint8_t* p, const
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
+
+}  // namespace
 
 #define K3_SIMD K3_512
 #include "quant/kernels_float.inc"

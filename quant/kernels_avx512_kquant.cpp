@@ -177,6 +177,17 @@ K3_512 void q2_k_tile(const MatrixView& w, size_t u0, size_t nu, const ActView& 
   }
 }
 
+K3_512_INLINE __m256i fold_halves(__m512i v) {
+  return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
+// The four int32 lane sums of a, b, c and d: 19 operations where four reduce_add_epi32 take 32.
+K3_512_INLINE __m128i reduce4_epi32(__m512i a, __m512i b, __m512i c, __m512i d) {
+  const __m256i abcd = _mm256_hadd_epi32(_mm256_hadd_epi32(fold_halves(a), fold_halves(b)),
+                                         _mm256_hadd_epi32(fold_halves(c), fold_halves(d)));
+  return _mm_add_epi32(_mm256_castsi256_si128(abcd), _mm256_extracti128_si256(abcd, 1));
+}
+
 }  // namespace
 
 template <int NA>
@@ -212,17 +223,6 @@ K3_512 void row_q2_k_n(const MatrixView& w, size_t row, const ActView& a, size_t
     }
   }
   for (int i = 0; i < NA; ++i) y[(a0 + i) * ldy + row] = _mm_cvtss_f32(_mm_sub_ss(acc[i], accm[i]));
-}
-
-K3_512_INLINE __m256i fold_halves(__m512i v) {
-  return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-}
-
-// The four int32 lane sums of a, b, c and d: 19 operations where four reduce_add_epi32 take 32.
-K3_512_INLINE __m128i reduce4_epi32(__m512i a, __m512i b, __m512i c, __m512i d) {
-  const __m256i abcd = _mm256_hadd_epi32(_mm256_hadd_epi32(fold_halves(a), fold_halves(b)),
-                                         _mm256_hadd_epi32(fold_halves(c), fold_halves(d)));
-  return _mm_add_epi32(_mm256_castsi256_si128(abcd), _mm256_extracti128_si256(abcd, 1));
 }
 
 // Q3_K: per block the exact integer sum T_b = sum_j sc_j ((u - 4) . x)_j (the 4 taken off

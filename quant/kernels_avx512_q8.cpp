@@ -65,6 +65,8 @@ struct Mxfp4PackedD {
   K3_512_INLINE float scale1(size_t b) const { return C::scale1(e + b); }
 };
 
+namespace {
+
 // ModelSlim int8 for the GEMM tile: u = q + 128, no block scale, the row scale and offset term
 // applied at the end.
 struct MsInt8D {
@@ -145,6 +147,8 @@ K3_512 void q8_tile(const MatrixView& w, size_t u0, size_t nu, const ActView& a,
 K3_512_INLINE __m512i pair_index() {
   return _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
 }
+
+}  // namespace
 
 // ModelSlim int8: y = scale * (sum_b dx_b ((q + 128) . qx - 128 isum)_b - offset * sum(x)), the
 // 128 * isum correction in integers (block_sums4): with per-channel scales most codes are

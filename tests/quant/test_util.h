@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,20 @@ inline std::vector<std::uint8_t> random_bytes(std::mt19937_64& rng, std::size_t 
   std::vector<std::uint8_t> v(n);
   std::uniform_int_distribution<int> byte(0, 255);
   for (auto& b : v) b = static_cast<std::uint8_t>(byte(rng));
+  return v;
+}
+
+// A view of `type` [rows, cols] over `data`, with ModelSlim's per-row scale and offset if given.
+inline MatrixView view_over(Type type, std::size_t rows, std::size_t cols,
+                            std::span<const std::uint8_t> data, std::span<const float> scale = {},
+                            std::span<const float> offset = {}) {
+  MatrixView v;
+  v.type = type;
+  v.rows = rows;
+  v.cols = cols;
+  v.data = data;
+  v.scale = scale;
+  v.offset = offset;
   return v;
 }
 
