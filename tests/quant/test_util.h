@@ -58,14 +58,12 @@ inline std::vector<std::uint8_t> random_bytes(std::mt19937_64& rng, std::size_t 
 inline MatrixView view_over(Type type, std::size_t rows, std::size_t cols,
                             std::span<const std::uint8_t> data, std::span<const float> scale = {},
                             std::span<const float> offset = {}) {
-  MatrixView v;
-  v.type = type;
-  v.rows = rows;
-  v.cols = cols;
-  v.data = data;
-  v.scale = scale;
-  v.offset = offset;
-  return v;
+  const struct {
+    std::span<const std::uint8_t> data, e8m0;
+    std::span<const float> scale, offset, group_scale, group_offset;
+    std::size_t group_size;
+  } arrays{data, {}, scale, offset, {}, {}, 0};
+  return view_of(arrays, type, rows, cols);
 }
 
 inline std::vector<float> dequantized(const MatrixView& w) {
