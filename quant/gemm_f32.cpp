@@ -140,14 +140,13 @@ void gemm_f32_nn(size_t m, size_t n, size_t k, const float* a, size_t lda, const
   }
   if (m == 0 || n == 0 || depth == 0) return;
 
-  detail::GemmF32Problem pr;
-  pr.n = n;
-  pr.k = k;
-  pr.a = a;
-  pr.lda = lda;
-  pr.c = c;
-  pr.ldc = ldc;
-  pr.k_row = k_per_row.empty() ? nullptr : k_per_row.data();
+  const detail::GemmF32Problem pr{.n = n,
+                                  .k = k,
+                                  .a = a,
+                                  .lda = lda,
+                                  .c = c,
+                                  .ldc = ldc,
+                                  .k_row = k_per_row.empty() ? nullptr : k_per_row.data()};
   size_t kmax = k;
   if (!k_per_row.empty()) kmax = *std::max_element(k_per_row.begin(), k_per_row.end());
 

@@ -87,6 +87,37 @@ inline const std::uint8_t* block_row(const MatrixView& w, std::size_t row) {
   return w.data.data() + row * (w.cols / kElems * kBytes);
 }
 
+// Rows [row0, row0 + nrows) of a repacked view (whole groups) unpacked into a per-thread plain
+// copy, then through `tile` where it is not null, else through `row`: the plain matrix's bits.
+void run_unpacked(const MatrixView& w, std::size_t row0, std::size_t nrows, const ActView& a,
+                  float* y, std::size_t ldy, RowKernel row, TileKernel tile);
+
+// ModelSlim: a row's and a group's offset (0 where the checkpoint has none), and the 32-blocks
+// of an MS_INT4 scale group (a whole row of `blocks` in per-channel mode).
+inline float ms_offset(const MatrixView& w, std::size_t row) {
+  return w.offset.empty() ? 0.0f : w.offset[row];
+}
+inline float ms_group_offset(const MatrixView& w, std::size_t i) {
+  return w.group_offset.empty() ? 0.0f : w.group_offset[i];
+}
+inline std::size_t ms_blocks_per_group(const MatrixView& w, std::size_t blocks) {
+  return w.group_size == 0 ? blocks : w.group_size / 32;
+}
+
+// Packed row `unit` of an MS_INT4 matrix against activations of `blocks` 32-blocks: its bytes,
+// its two rows (r0 = 2 unit from the low nibbles, r1 = 2 unit + 1 from the high ones), the
+// 32-blocks per scale group and the group count.
+struct MsInt4Unit {
+  const std::uint8_t* p;
+  std::size_t r0, r1, bpg, groups;
+  MsInt4Unit(const MatrixView& w, std::size_t unit, std::size_t blocks)
+      : p(w.data.data() + unit * w.cols),
+        r0(2 * unit),
+        r1(2 * unit + 1),
+        bpg(ms_blocks_per_group(w, blocks)),
+        groups(blocks / bpg) {}
+};
+
 // Tables are complete for scalar; a null entry in a SIMD table falls back to the next lower ISA.
 const KernelTable& scalar_kernels();
 const KernelTable& avx2_kernels();

@@ -73,30 +73,6 @@ void run_plain(const MatrixView& w, const ActView& a, float* out, size_t ldy, Is
                     });
 }
 
-// Without a repacked kernel for this ISA: unpack the rows of each group into a small plain
-// buffer and run the plain kernels on it (same bits as the plain matrix).
-void unpacked_tile(const MatrixView& w, size_t row0, size_t nrows, const ActView& a, float* y,
-                   size_t ldy, const Selected& k) {
-  const size_t rb = w.data.size() / w.rows;
-  thread_local std::vector<std::uint8_t> buf;
-  buf.resize(nrows * rb);
-  unpack_rows(w, row0, nrows, buf.data());
-  MatrixView v;
-  v.type = w.type;
-  v.rows = nrows;
-  v.cols = w.cols;
-  v.data = buf;
-  float* out = y + row0;
-  if (k.tile != nullptr) {
-    k.tile(v, 0, nrows, a, out, ldy);
-    return;
-  }
-  for (size_t a0 = 0; a0 < a.rows; a0 += detail::kMaxActs) {
-    const size_t na = std::min(detail::kMaxActs, a.rows - a0);
-    for (size_t u = 0; u < nrows; ++u) k.row(v, u, a, a0, na, out, ldy);
-  }
-}
-
 // A repacked view: whole groups through the repacked tile kernel (tiles of kTileUnits rows,
 // group-aligned), the plain tail rows through the plain kernels.
 void run_repacked(const MatrixView& w, const ActView& a, float* out, Isa isa) {
@@ -131,7 +107,8 @@ void run_repacked(const MatrixView& w, const ActView& a, float* out, Isa isa) {
       if (rk != nullptr) {
         rk(w, g0 * ri, (g1 - g0) * ri, a, out, w.rows);
       } else {
-        unpacked_tile(w, g0 * ri, (g1 - g0) * ri, a, out, w.rows, k);
+        // No repacked kernel for this ISA: the plain kernels on an unpacked copy.
+        detail::run_unpacked(w, g0 * ri, (g1 - g0) * ri, a, out, w.rows, k.row, k.tile);
       }
     }
   };
@@ -145,6 +122,27 @@ void run_repacked(const MatrixView& w, const ActView& a, float* out, Isa isa) {
 }
 
 }  // namespace
+
+void detail::run_unpacked(const MatrixView& w, size_t row0, size_t nrows, const ActView& a,
+                          float* y, size_t ldy, RowKernel row, TileKernel tile) {
+  thread_local std::vector<std::uint8_t> buf;
+  buf.resize(nrows * (w.data.size() / w.rows));
+  unpack_rows(w, row0, nrows, buf.data());
+  MatrixView v;
+  v.type = w.type;
+  v.rows = nrows;
+  v.cols = w.cols;
+  v.data = buf;
+  float* out = y + row0;
+  if (tile != nullptr) {
+    tile(v, 0, nrows, a, out, ldy);
+    return;
+  }
+  for (size_t a0 = 0; a0 < a.rows; a0 += detail::kMaxActs) {
+    const size_t na = std::min(detail::kMaxActs, a.rows - a0);
+    for (size_t u = 0; u < nrows; ++u) row(v, u, a, a0, na, out, ldy);
+  }
+}
 
 void gemm(const MatrixView& w, const Activations& x, std::span<float> y, Isa isa) {
   validate(w);

@@ -1,5 +1,5 @@
 // AMX kernels (Isa::kAmx): Q8_0 in the VNNI order (quant/repack.h) at 2 or more activation rows.
-// As in kernels_avx512.cpp, the ISA is enabled per function with a target attribute.
+// As in kernels_avx512*.cpp, the ISA is enabled per function with a target attribute.
 //
 // A VNNI-order super-block is exactly an AMX B tile: 16 weight rows as the 16 int32 columns, 4
 // consecutive codes of a row in each 32-bit column entry, one 64-byte tile row per 4 elements, so
@@ -95,15 +95,48 @@ K3_AMX inline void store_seeds(const ActView& a, size_t m0, size_t m, size_t b,
   }
 }
 
+using Accumulators = __m512[kVnniTileGroups][kMaxRows][4];  // [group][activation row][b mod 4]
+
+K3_AMX inline __attribute__((always_inline)) void zero(Accumulators& acc, size_t groups, size_t m) {
+  for (size_t s = 0; s < groups; ++s)
+    for (size_t i = 0; i < m; ++i)
+      for (int k = 0; k < 4; ++k) acc[s][i][k] = _mm512_setzero_ps();
+}
+
+// Each row's (acc0 + acc1) + (acc2 + acc3), the AVX-512 kernels' last step, to y [m, ldy].
+K3_AMX inline __attribute__((always_inline)) void store_rows(const Accumulators& acc, size_t groups,
+                                                             size_t m, float* y, size_t ldy) {
+  for (size_t s = 0; s < groups; ++s) {
+    for (size_t i = 0; i < m; ++i) {
+      const __m512 row = _mm512_add_ps(_mm512_add_ps(acc[s][i][0], acc[s][i][1]),
+                                       _mm512_add_ps(acc[s][i][2], acc[s][i][3]));
+      _mm512_storeu_ps(y + i * ldy + 16 * s, row);
+    }
+  }
+}
+
+// Near a stream's end, the prefetch goes to the stream that continues it in the next tile
+// (`groups` groups on), as in the AVX-512 VNNI-order kernels.
+inline size_t prefetch_jump(size_t b, size_t gstride, size_t groups) {
+  return b * kSuper + kPrefetch >= gstride ? (groups - 1) * gstride : 0;
+}
+
+// Block b's super-blocks of the group at p0 and, with `pair`, of the next one, into L2.
+K3_AMX inline __attribute__((always_inline)) void prefetch_pair(const uint8_t* p0, size_t gstride,
+                                                                bool pair, size_t jump) {
+  for (size_t t = 0; t < (pair ? 2u : 1u); ++t) {
+    const char* pf = reinterpret_cast<const char*>(p0 + t * gstride) + kPrefetch + jump;
+    for (size_t o = 0; o < kSuper; o += 64) _mm_prefetch(pf + o, _MM_HINT_T1);
+  }
+}
+
 // Activation rows [m0, m0 + m) against `groups` consecutive 16-row groups from g0, the block
 // loop outside so the groups are read as side-by-side streams (prefetched on the first pass).
 K3_AMX void q8_rows(const uint8_t* g0, size_t gstride, size_t groups, const ActView& a, size_t m0,
                     size_t m, bool stream, float* y, size_t ldy) {
   const size_t nb = a.blocks;
   __m512 acc[kVnniTileGroups][kMaxRows][4];
-  for (size_t s = 0; s < groups; ++s)
-    for (size_t i = 0; i < m; ++i)
-      for (int k = 0; k < 4; ++k) acc[s][i][k] = _mm512_setzero_ps();
+  zero(acc, groups, m);
   // A pair of groups' products is read back after the next pair's tile work (the next block's
   // first pair for the last one): a load right behind a tile store waits for the store to
   // commit (bench_quant Q8_0_V16 batch 8, cold: -3 to -6 %).
@@ -128,18 +161,12 @@ K3_AMX void q8_rows(const uint8_t* g0, size_t gstride, size_t groups, const ActV
     const size_t cur = b % 2;
     if (b + 1 < nb) store_seeds(a, m0, m, b + 1, seed[cur ^ 1], dx[(b + 1) % 3]);
     _tile_loadd(0, a.qs + 32 * (m0 * nb + b), static_cast<long>(32 * nb));
-    const size_t ahead = b * kSuper + kPrefetch;
-    const size_t jump = ahead >= gstride ? (groups - 1) * gstride : 0;
+    const size_t jump = prefetch_jump(b, gstride, groups);
     for (size_t s = 0; s < groups; s += 2, slot ^= 1) {
       const uint8_t* p0 = g0 + s * gstride + b * kSuper;
       const uint8_t* p1 = p0 + gstride;
       const bool pair = s + 1 < groups;
-      if (stream) {
-        for (size_t t = 0; t < (pair ? 2u : 1u); ++t) {
-          const char* pf = reinterpret_cast<const char*>(p0 + t * gstride) + kPrefetch + jump;
-          for (size_t o = 0; o < kSuper; o += 64) _mm_prefetch(pf + o, _MM_HINT_T1);
-        }
-      }
+      if (stream) prefetch_pair(p0, gstride, pair, jump);
       _tile_loadd(1, p0, 64);
       _tile_loadd(3, seed[cur], 64);
       _tile_dpbsud(3, 0, 1);
@@ -155,13 +182,7 @@ K3_AMX void q8_rows(const uint8_t* g0, size_t gstride, size_t groups, const ActV
     }
   }
   if (pending.p0 != nullptr) finish(pending);
-  for (size_t s = 0; s < groups; ++s) {
-    for (size_t i = 0; i < m; ++i) {
-      const __m512 row = _mm512_add_ps(_mm512_add_ps(acc[s][i][0], acc[s][i][1]),
-                                       _mm512_add_ps(acc[s][i][2], acc[s][i][3]));
-      _mm512_storeu_ps(y + (m0 + i) * ldy + 16 * s, row);
-    }
-  }
+  store_rows(acc, groups, m, y + m0 * ldy, ldy);
 }
 
 // q8_rows at more than 8 rows: each pair's products read back right after their tile store
@@ -172,9 +193,7 @@ K3_AMX void q8_rows_direct(const uint8_t* g0, size_t gstride, size_t groups, con
                            size_t m0, size_t m, bool stream, float* y, size_t ldy) {
   const size_t nb = a.blocks;
   __m512 acc[kVnniTileGroups][kMaxRows][4];
-  for (size_t s = 0; s < groups; ++s)
-    for (size_t i = 0; i < m; ++i)
-      for (int k = 0; k < 4; ++k) acc[s][i][k] = _mm512_setzero_ps();
+  zero(acc, groups, m);
   alignas(64) std::int32_t prod[2][kMaxRows][16];
   alignas(64) std::int32_t seed[kMaxRows][16];  // -isum * 128 of each activation row
   alignas(64) float dx[kMaxRows][16];
@@ -186,18 +205,12 @@ K3_AMX void q8_rows_direct(const uint8_t* g0, size_t gstride, size_t groups, con
       _mm512_store_ps(dx[i], _mm512_set1_ps(a.d[ab]));
     }
     _tile_loadd(0, a.qs + 32 * (m0 * nb + b), static_cast<long>(32 * nb));
-    const size_t ahead = b * kSuper + kPrefetch;
-    const size_t jump = ahead >= gstride ? (groups - 1) * gstride : 0;
+    const size_t jump = prefetch_jump(b, gstride, groups);
     for (size_t s = 0; s < groups; s += 2) {
       const uint8_t* p0 = g0 + s * gstride + b * kSuper;
       const uint8_t* p1 = p0 + gstride;
       const bool pair = s + 1 < groups;
-      if (stream) {
-        for (size_t t = 0; t < (pair ? 2u : 1u); ++t) {
-          const char* pf = reinterpret_cast<const char*>(p0 + t * gstride) + kPrefetch + jump;
-          for (size_t o = 0; o < kSuper; o += 64) _mm_prefetch(pf + o, _MM_HINT_T1);
-        }
-      }
+      if (stream) prefetch_pair(p0, gstride, pair, jump);
       _tile_loadd(1, p0, 64);
       _tile_loadd(3, seed, 64);
       _tile_dpbsud(3, 0, 1);
@@ -212,13 +225,7 @@ K3_AMX void q8_rows_direct(const uint8_t* g0, size_t gstride, size_t groups, con
       if (pair) epilogue(prod[1], p1, dx, m, k, acc[s + 1]);
     }
   }
-  for (size_t s = 0; s < groups; ++s) {
-    for (size_t i = 0; i < m; ++i) {
-      const __m512 row = _mm512_add_ps(_mm512_add_ps(acc[s][i][0], acc[s][i][1]),
-                                       _mm512_add_ps(acc[s][i][2], acc[s][i][3]));
-      _mm512_storeu_ps(y + (m0 + i) * ldy + 16 * s, row);
-    }
-  }
+  store_rows(acc, groups, m, y + m0 * ldy, ldy);
 }
 
 // Rows [r0, r0 + nr) of a Q8_0 VNNI-order view (whole groups, at most kVnniTileGroups): batch 1

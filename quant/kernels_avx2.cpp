@@ -6,18 +6,14 @@
 
 #include "quant/fp.h"
 #include "quant/kernel_table.h"
+#include "quant/kernels_x86.h"
 #include "quant/reference.h"
-#include "quant/repack.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 
 #include <algorithm>
 #include <type_traits>
-#include <vector>
-
-#define K3_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define K3_AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) inline
 
 namespace k3::quant::detail {
 namespace {
@@ -32,23 +28,7 @@ K3_AVX2_INLINE float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-K3_AVX2_INLINE __m256i load256(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-K3_AVX2_INLINE __m128i load128(const void* p) {
-  return _mm_loadu_si128(static_cast<const __m128i*>(p));
-}
-
 K3_AVX2_INLINE float half(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
-
-// Weights stream from DRAM once per call. Hardware prefetch alone leaves too few misses in
-// flight for the slow-consuming integer kernels (measured: Q4_0 GEMV at 25% of read bandwidth
-// without this), so every kernel prefetches its own weight stream this far ahead, into L2:
-// prefetching into L1 holds line-fill buffers and measured 5-15% slower.
-inline constexpr std::size_t kPrefetchBytes = 4096;
-K3_AVX2_INLINE void prefetch(const void* p) {
-  _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T1);
-}
 
 // Sum over pairs then quads of u8 * s8 products: 8 int32 lanes (|pair| <= 2*255*127 would
 // saturate int16, so callers keep u8 <= 128 or the activation magnitude <= 127 with u8 <= 128).
@@ -62,8 +42,14 @@ K3_AVX2_INLINE __m256i dot_s8s8(__m256i w, __m256i x) {
 
 // ------------------------------------------------------------------ fp32 activations
 
+using Floats = __m256;
+constexpr size_t kLanes = 8;
+
+K3_AVX2_INLINE Floats fload(const float* p) { return _mm256_loadu_ps(p); }
+K3_AVX2_INLINE Floats fmadd(Floats a, Floats b, Floats c) { return _mm256_fmadd_ps(a, b, c); }
+
 template <Type T>
-K3_AVX2_INLINE __m256 load_w8(const uint8_t* p) {
+K3_AVX2_INLINE Floats load_w(const uint8_t* p) {
   if constexpr (T == Type::kF32) {
     return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
   } else if constexpr (T == Type::kF16) {
@@ -86,36 +72,19 @@ float load_w1(const uint8_t* p) {
   }
 }
 
-template <Type T, int NA>
-K3_AVX2 void row_float_n(const MatrixView& w, size_t row, const ActView& a, size_t a0, float* y,
-                         size_t ldy) {
+// The horizontal sum, then the last elements one by one.
+template <Type T>
+K3_AVX2_INLINE float finish_row(Floats acc0, Floats acc1, const uint8_t* p, const float* x,
+                                size_t left) {
   constexpr size_t kEs = T == Type::kF32 ? 4 : 2;
-  const uint8_t* p = block_row<1, kEs>(w, row);
-  const size_t n = w.cols;
-  const float* x[NA];
-  for (int i = 0; i < NA; ++i) x[i] = a.f32 + (a0 + i) * a.cols;
-  __m256 acc0[NA], acc1[NA];
-  for (int i = 0; i < NA; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
-  size_t k = 0;
-  for (; k + 16 <= n; k += 16) {
-    prefetch(p + kEs * k);
-    const __m256 w0 = load_w8<T>(p + kEs * k);
-    const __m256 w1 = load_w8<T>(p + kEs * (k + 8));
-    for (int i = 0; i < NA; ++i) {
-      acc0[i] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[i] + k), acc0[i]);
-      acc1[i] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[i] + k + 8), acc1[i]);
-    }
-  }
-  for (; k + 8 <= n; k += 8) {
-    const __m256 w0 = load_w8<T>(p + kEs * k);
-    for (int i = 0; i < NA; ++i) acc0[i] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[i] + k), acc0[i]);
-  }
-  for (int i = 0; i < NA; ++i) {
-    float s = hsum(_mm256_add_ps(acc0[i], acc1[i]));
-    for (size_t t = k; t < n; ++t) s += load_w1<T>(p + kEs * t) * x[i][t];
-    y[(a0 + i) * ldy + row] = s;
-  }
+  float s = hsum(_mm256_add_ps(acc0, acc1));
+  for (size_t t = 0; t < left; ++t) s += load_w1<T>(p + kEs * t) * x[t];
+  return s;
 }
+
+#define K3_SIMD K3_AVX2
+#include "quant/kernels_float.inc"
+#undef K3_SIMD
 
 // ------------------------------------------------------------------ int8 blocks of 32
 
@@ -256,7 +225,7 @@ K3_AVX2 void row_ms_int8_n(const MatrixView& w, size_t row, const ActView& a, si
       xs[i] += a.xsum[ab];
     }
   }
-  const float off = w.offset.empty() ? 0.0f : w.offset[row];
+  const float off = ms_offset(w, row);
   for (int i = 0; i < NA; ++i) {
     y[(a0 + i) * ldy + row] =
         w.scale[row] * (hsum(_mm256_add_ps(acc[0][i], acc[1][i])) - off * xs[i]);
@@ -267,11 +236,8 @@ K3_AVX2 void row_ms_int8_n(const MatrixView& w, size_t row, const ActView& a, si
 template <int NA>
 K3_AVX2 void row_ms_int4_n(const MatrixView& w, size_t unit, const ActView& a, size_t a0, float* y,
                            size_t ldy) {
-  const uint8_t* p = w.data.data() + unit * w.cols;
   const size_t nb = a.blocks;
-  const size_t bpg = w.group_size == 0 ? nb : w.group_size / 32;
-  const size_t groups = nb / bpg;
-  const size_t r0 = 2 * unit, r1 = 2 * unit + 1;
+  const auto [p, r0, r1, bpg, groups] = MsInt4Unit(w, unit, nb);
   const __m256i m = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
   float out0[NA] = {}, out1[NA] = {};
   for (size_t g = 0; g < groups; ++g) {
@@ -298,14 +264,14 @@ K3_AVX2 void row_ms_int4_n(const MatrixView& w, size_t unit, const ActView& a, s
     for (int i = 0; i < NA; ++i) {
       const float s0 = hsum(g0[i]), s1 = hsum(g1[i]);
       if (w.group_size == 0) {
-        const float o0 = w.offset.empty() ? 0.0f : w.offset[r0];
-        const float o1 = w.offset.empty() ? 0.0f : w.offset[r1];
+        const float o0 = ms_offset(w, r0);
+        const float o1 = ms_offset(w, r1);
         out0[i] += s0 - o0 * xs[i];
         out1[i] += s1 - o1 * xs[i];
       } else {
         const size_t i0 = r0 * groups + g, i1 = r1 * groups + g;
-        const float o0 = w.group_offset.empty() ? 0.0f : w.group_offset[i0];
-        const float o1 = w.group_offset.empty() ? 0.0f : w.group_offset[i1];
+        const float o0 = ms_group_offset(w, i0);
+        const float o1 = ms_group_offset(w, i1);
         out0[i] += w.group_scale[i0] * (s0 - o0 * xs[i]);
         out1[i] += w.group_scale[i1] * (s1 - o1 * xs[i]);
       }
@@ -381,22 +347,6 @@ K3_AVX2_INLINE __m256i pair_scale16(__m256i sc16, int j) {
   return _mm256_shuffle_epi8(half_lanes, mask);
 }
 
-// The 16 signed 6-bit Q3_K scales (minus 32): see kernels_avx512.cpp q3_k_scales.
-K3_AVX2_INLINE __m128i q3_k_scales(const uint8_t* p) {
-  std::uint64_t lo;
-  std::uint32_t hi;
-  std::memcpy(&lo, p, sizeof lo);
-  std::memcpy(&hi, p + 8, sizeof hi);
-  const __m128i v = _mm_cvtsi64_si128(static_cast<long long>(lo));
-  const __m128i m4 = _mm_set1_epi8(0x0f);
-  const __m128i low =
-      _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
-  const __m128i top = _mm_and_si128(
-      _mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(hi)), _mm_setr_epi32(0, 2, 4, 6)),
-      _mm_set1_epi8(3));
-  return _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(top, 4)), _mm_set1_epi8(32));
-}
-
 template <int NA>
 K3_AVX2 void row_q3_k_n(const MatrixView& w, size_t row, const ActView& a, size_t a0, float* y,
                         size_t ldy) {
@@ -448,11 +398,6 @@ K3_AVX2 void row_q3_k_n(const MatrixView& w, size_t row, const ActView& a, size_
 // Batch-1 GEMV on one group of 4 repacked rows, read as one sequential stream of super-blocks
 // (4 scales, then the 4 payloads). Offsets of unsigned codes are removed exactly by seeding
 // one int32 lane per row with -C * isum.
-K3_AVX2_INLINE void prefetch_block(const uint8_t* p, size_t bytes) {
-  for (size_t o = 0; o < bytes; o += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes + o, _MM_HINT_T1);
-}
-
 template <Type T>
 K3_AVX2_INLINE __m128 group_scales(const uint8_t* p, float dx) {
   if constexpr (T == Type::kMXFP4) {
@@ -506,18 +451,7 @@ K3_AVX2 void repacked_tile(const MatrixView& w, size_t r0, size_t nr, const ActV
     for (size_t r = r0; r < r0 + nr; r += 4) gemv_group<T>(w, r, a, y);
     return;
   }
-  thread_local std::vector<uint8_t> buf;
-  buf.resize(nr * (w.data.size() / w.rows));
-  unpack_rows(w, r0, nr, buf.data());
-  MatrixView v;
-  v.type = w.type;
-  v.rows = nr;
-  v.cols = w.cols;
-  v.data = buf;
-  const RowKernel row = avx2_kernels().row[static_cast<size_t>(T)];
-  for (size_t a0 = 0; a0 < a.rows; a0 += kMaxActs) {
-    for (size_t u = 0; u < nr; ++u) row(v, u, a, a0, std::min(kMaxActs, a.rows - a0), y + r0, ldy);
-  }
+  run_unpacked(w, r0, nr, a, y, ldy, avx2_kernels().row[static_cast<size_t>(T)], nullptr);
 }
 
 // ------------------------------------------------------------------ the table

@@ -124,7 +124,7 @@ void row_ms_int8(const MatrixView& w, size_t row, const ActView& a, size_t a0, s
                  size_t ldy) {
   const size_t nb = a.blocks;
   const auto* p = reinterpret_cast<const std::int8_t*>(w.data.data() + row * w.cols);
-  const float off = w.offset.empty() ? 0.0f : w.offset[row];
+  const float off = ms_offset(w, row);
   for (size_t i = 0; i < na; ++i) {
     float acc = 0.0f, xs = 0.0f;
     for (size_t b = 0; b < nb; ++b) {
@@ -144,7 +144,7 @@ void row_ms_int4(const MatrixView& w, size_t unit, const ActView& a, size_t a0, 
                  size_t ldy) {
   const size_t nb = a.blocks;
   const uint8_t* p = w.data.data() + unit * w.cols;
-  const size_t bpg = w.group_size == 0 ? nb : w.group_size / 32;  // blocks per group
+  const size_t bpg = ms_blocks_per_group(w, nb);  // blocks per group
   const size_t groups = nb / bpg;
   for (size_t half = 0; half < 2; ++half) {
     const size_t row = 2 * unit + half;
@@ -164,11 +164,11 @@ void row_ms_int4(const MatrixView& w, size_t unit, const ActView& a, size_t a0, 
           xs += a.xsum[ab];
         }
         if (w.group_size == 0) {
-          const float off = w.offset.empty() ? 0.0f : w.offset[row];
+          const float off = ms_offset(w, row);
           acc += gacc - off * xs;
         } else {
           const size_t gi = row * groups + g;
-          const float off = w.group_offset.empty() ? 0.0f : w.group_offset[gi];
+          const float off = ms_group_offset(w, gi);
           acc += w.group_scale[gi] * (gacc - off * xs);
         }
       }

@@ -124,20 +124,7 @@ void quantize_ms_int4(QuantizedMatrix& m, std::span<const float> w, bool asymmet
 
 }  // namespace
 
-MatrixView QuantizedMatrix::view() const {
-  MatrixView v;
-  v.type = type;
-  v.rows = rows;
-  v.cols = cols;
-  v.data = data;
-  v.e8m0 = e8m0;
-  v.scale = scale;
-  v.offset = offset;
-  v.group_scale = group_scale;
-  v.group_offset = group_offset;
-  v.group_size = group_size;
-  return v;
-}
+MatrixView QuantizedMatrix::view() const { return view_of(*this, type, rows, cols); }
 
 QuantizedMatrix stack_rows(const MatrixView& top, const MatrixView& bottom) {
   const bool same_side_arrays = top.e8m0.empty() == bottom.e8m0.empty() &&

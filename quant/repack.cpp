@@ -285,16 +285,7 @@ bool can_repack(Type type) {
   return type == Type::kQ8_0 || type == Type::kQ4_0 || type == Type::kMXFP4;
 }
 
-MatrixView Repacked::view() const {
-  MatrixView v;
-  v.type = type;
-  v.rows = rows;
-  v.cols = cols;
-  v.data = data;
-  v.interleave = interleave;
-  v.vnni = vnni;
-  return v;
-}
+MatrixView Repacked::view() const { return view_of(*this, type, rows, cols); }
 
 Repacked repack(const MatrixView& w, size_t rows_per_group) {
   validate(w);

@@ -100,6 +100,31 @@ struct MatrixView {
   bool vnni = false;
 };
 
+// The view of a matrix an owner keeps (QuantizedMatrix, Repacked, the loader's weights): the
+// owner's `data`, and whichever side arrays (e8m0, scale, offset, group_scale, group_offset,
+// group_size) and layout fields (interleave, vnni) it has, by MatrixView's names.
+template <class Owner>
+MatrixView view_of(const Owner& owner, Type type, std::size_t rows, std::size_t cols) {
+  MatrixView v;
+  v.type = type;
+  v.rows = rows;
+  v.cols = cols;
+  v.data = owner.data;
+  if constexpr (requires { owner.scale; }) {
+    v.e8m0 = owner.e8m0;
+    v.scale = owner.scale;
+    v.offset = owner.offset;
+    v.group_scale = owner.group_scale;
+    v.group_offset = owner.group_offset;
+    v.group_size = owner.group_size;
+  }
+  if constexpr (requires { owner.interleave; }) {
+    v.interleave = owner.interleave;
+    v.vnni = owner.vnni;
+  }
+  return v;
+}
+
 // Bytes of `data` for a matrix of this type and shape (checks the shape rules first).
 std::size_t data_bytes(Type type, std::size_t rows, std::size_t cols);
 // Bytes of one row of `data` (block formats; MS_INT4 returns the bytes of one packed row pair).

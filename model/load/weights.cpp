@@ -21,20 +21,10 @@ quant::MatrixView Weight::view() const {
   if (split_kv()) throw InternalError(name + " is split into K and V; view k_b and v_b instead");
   if (per_expert_segments())
     throw InternalError(name + " holds one segment per expert; use expert(e)");
-  quant::MatrixView v;
-  v.type = type;
   std::int64_t rows = 1;
   for (std::size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
-  v.rows = static_cast<std::size_t>(shape.empty() ? 1 : rows);
-  v.cols = static_cast<std::size_t>(shape.empty() ? 1 : shape.back());
-  v.data = data;
-  v.e8m0 = e8m0;
-  v.scale = scale;
-  v.offset = offset;
-  v.group_scale = group_scale;
-  v.group_offset = group_offset;
-  v.group_size = group_size;
-  return v;
+  return quant::view_of(*this, type, static_cast<std::size_t>(shape.empty() ? 1 : rows),
+                        static_cast<std::size_t>(shape.empty() ? 1 : shape.back()));
 }
 
 bool Weight::mapped() const {

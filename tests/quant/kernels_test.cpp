@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "quant/activations.h"
@@ -166,13 +167,23 @@ TEST(QuantKernels, RelativeErrorOnRealisticShape) {
   }
 }
 
+// A heavy-tailed matrix of format f and n heavy-tailed activation rows, drawn in that order.
+struct Problem {
+  QuantizedMatrix m;
+  std::vector<float> x;
+};
+Problem heavy_tailed_problem(std::mt19937_64& rng, const Format& f, std::size_t rows,
+                             std::size_t cols, std::size_t n) {
+  const std::vector<float> wf = heavy_tailed(rng, rows * cols);
+  QuantizedMatrix m = quantize(f.type, wf, rows, cols, f.opt);
+  return {std::move(m), heavy_tailed(rng, n * cols)};
+}
+
 TEST(QuantKernels, GemvGemmAndDotAgree) {
   std::mt19937_64 rng(5);
   const std::size_t rows = 10, cols = 512, n = 3;
   for (const Format& f : all_formats()) {
-    const std::vector<float> wf = heavy_tailed(rng, rows * cols);
-    const QuantizedMatrix m = quantize(f.type, wf, rows, cols, f.opt);
-    const std::vector<float> x = heavy_tailed(rng, n * cols);
+    const auto [m, x] = heavy_tailed_problem(rng, f, rows, cols, n);
     std::vector<float> y(n * rows);
     gemm(m.view(), x, n, y);
     for (std::size_t i = 0; i < n; ++i) {
@@ -242,9 +253,7 @@ TEST(QuantKernels, ThreadCountDoesNotChangeResults) {
   std::mt19937_64 rng(9);
   const std::size_t rows = 300, cols = 512, n = 6;
   for (const Format& f : all_formats()) {
-    const std::vector<float> wf = heavy_tailed(rng, rows * cols);
-    const QuantizedMatrix m = quantize(f.type, wf, rows, cols, f.opt);
-    const std::vector<float> x = heavy_tailed(rng, n * cols);
+    const auto [m, x] = heavy_tailed_problem(rng, f, rows, cols, n);
     std::vector<float> y1(n * rows), y2(n * rows);
     {
       tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);

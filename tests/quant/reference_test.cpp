@@ -23,6 +23,7 @@ namespace {
 
 using testing::gaussian;
 using testing::heavy_tailed;
+using testing::view_over;
 
 std::vector<std::uint8_t> bytes(std::initializer_list<int> v) {
   std::vector<std::uint8_t> out;
@@ -257,13 +258,7 @@ TEST(QuantReference, ModelSlimOffsetConvention) {
   std::vector<std::uint8_t> q = {static_cast<std::uint8_t>(10), static_cast<std::uint8_t>(-20)};
   q.resize(32, 0);
   std::vector<float> scale = {0.5f}, offset = {4.0f};
-  MatrixView v;
-  v.type = Type::kModelSlimInt8;
-  v.rows = 1;
-  v.cols = 32;
-  v.data = q;
-  v.scale = scale;
-  v.offset = offset;
+  const MatrixView v = view_over(Type::kModelSlimInt8, 1, 32, q, scale, offset);
   std::vector<float> y(32);
   dequantize(v, y);
   EXPECT_EQ(y[0], 3.0f);    // (10 - 4) * 0.5

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,18 @@ inline std::vector<std::uint8_t> random_bytes(std::mt19937_64& rng, std::size_t 
   std::uniform_int_distribution<int> byte(0, 255);
   for (auto& b : v) b = static_cast<std::uint8_t>(byte(rng));
   return v;
+}
+
+// A view of `type` [rows, cols] over `data`, with ModelSlim's per-row scale and offset if given.
+inline MatrixView view_over(Type type, std::size_t rows, std::size_t cols,
+                            std::span<const std::uint8_t> data, std::span<const float> scale = {},
+                            std::span<const float> offset = {}) {
+  const struct {
+    std::span<const std::uint8_t> data, e8m0;
+    std::span<const float> scale, offset, group_scale, group_offset;
+    std::size_t group_size;
+  } arrays{data, {}, scale, offset, {}, {}, 0};
+  return view_of(arrays, type, rows, cols);
 }
 
 inline std::vector<float> dequantized(const MatrixView& w) {

@@ -18,6 +18,7 @@ namespace k3::quant {
 namespace {
 
 using testing::input_error_of;
+using testing::view_over;
 
 TEST(QuantTypes, GgufTraitsMatchGgml) {
   struct Expect {
@@ -120,34 +121,19 @@ TEST(QuantTypes, Int4NeedsEvenRows) {
 
 TEST(QuantTypes, ValidateNamesTheBadSpan) {
   std::vector<std::uint8_t> data(18 * 2 - 1);
-  MatrixView v;
-  v.type = Type::kQ4_0;
-  v.rows = 1;
-  v.cols = 64;
-  v.data = data;
+  const MatrixView v = view_over(Type::kQ4_0, 1, 64, data);
   std::string msg = input_error_of([&] { validate(v); });
   EXPECT_NE(msg.find("Q4_0 [1 x 64]: data has 35 bytes, expected 36"), std::string::npos) << msg;
 
   std::vector<std::uint8_t> q(2 * 32);
   std::vector<float> scale(1);
-  MatrixView ms;
-  ms.type = Type::kModelSlimInt8;
-  ms.rows = 2;
-  ms.cols = 32;
-  ms.data = q;
-  ms.scale = scale;
+  const MatrixView ms = view_over(Type::kModelSlimInt8, 2, 32, q, scale);
   msg = input_error_of([&] { validate(ms); });
   EXPECT_NE(msg.find("weight_scale has 1 elements, expected 2"), std::string::npos) << msg;
 
   std::vector<std::uint8_t> q4(64);
   std::vector<float> s2(2), gs(2 * 2);
-  MatrixView grp;
-  grp.type = Type::kModelSlimInt4;
-  grp.rows = 2;
-  grp.cols = 64;
-  grp.data = q4;
-  grp.scale = s2;
-  grp.offset = s2;
+  MatrixView grp = view_over(Type::kModelSlimInt4, 2, 64, q4, s2, s2);
   grp.group_scale = gs;
   grp.group_size = 32;
   msg = input_error_of([&] { validate(grp); });
@@ -160,11 +146,7 @@ TEST(QuantTypes, ValidateNamesTheBadSpan) {
   EXPECT_NO_THROW(validate(grp));
 
   std::vector<std::uint8_t> f(4 * 4), stray(1);
-  MatrixView f32;
-  f32.type = Type::kF32;
-  f32.rows = 1;
-  f32.cols = 4;
-  f32.data = f;
+  MatrixView f32 = view_over(Type::kF32, 1, 4, f);
   f32.e8m0 = stray;
   msg = input_error_of([&] { validate(f32); });
   EXPECT_NE(msg.find("E8M0 scale array is not used by F32"), std::string::npos) << msg;
