@@ -4,7 +4,6 @@
 #include <array>
 #include <chrono>
 #include <deque>
-#include <limits>
 #include <optional>
 
 #include "common/error.h"
@@ -335,7 +334,8 @@ class GenerationRun {
     batch_.insert(batch_.end(), prefill.begin(), prefill.end());
     batch_seq_.insert(batch_seq_.end(), prefill_seq.begin(), prefill_seq.end());
     // Rows as the drafts will make them: the cost model's measure of this step.
-    step_rows_ = prefill_rows + decoding_;
+    plain_rows_ = prefill_rows + decoding_;
+    step_rows_ = plain_rows_;
     for (std::size_t i = 0; i < verifying_; ++i) step_rows_ += batch_seq_[i]->k;
   }
 
@@ -548,19 +548,12 @@ class GenerationRun {
   void tally_step() {
     if (!speculation_ || decoding_ == 0) return;
     SpeculationTally& t = stats_.speculation;
-    t.measured_s += target_s_ + draft_s_ + speculation_->cost().overhead_seconds();
     const StepCostModel& cost = speculation_->cost();
+    t.measured_s += target_s_ + draft_s_ + cost.overhead_seconds();
     if (cost.empty()) return;
-    const double plain_step = cost.target_seconds(plain_rows()) + cost.overhead_seconds();
+    const double plain_step = cost.target_seconds(plain_rows_) + cost.overhead_seconds();
     t.plain_estimate_s +=
         plain_step * static_cast<double>(committed_) / static_cast<double>(decoding_);
-  }
-
-  // This step's rows without the drafts: prefill rows and one row per decoding sequence.
-  std::size_t plain_rows() const {
-    std::size_t drafts = 0;
-    for (std::size_t i = 0; i < verifying_; ++i) drafts += static_cast<std::size_t>(batch_seq_[i]->k);
-    return step_rows_ - drafts;
   }
 
   // Finished prefixes leave the prefill list; finished requests give back their slots.
@@ -606,7 +599,8 @@ class GenerationRun {
   Speculation* const speculation_;
   // Without a Speculation every round verifies the drafter's whole proposal.
   static constexpr int drafter_block_ = 1 << 20;
-  std::size_t step_rows_ = 0, last_rows_ = 0, last_drafted_ = 0;
+  // plain_rows_: the step's prefill rows and one row per decoding sequence (no drafts).
+  std::size_t step_rows_ = 0, plain_rows_ = 0, last_rows_ = 0, last_drafted_ = 0;
   std::size_t committed_ = 0;  // tokens the decode rows committed this step
   bool drafting_ = false;
   double target_s_ = 0, draft_s_ = 0, overhead_s_ = 0;
