@@ -10,8 +10,14 @@
 #include <cstdint>
 #include <utility>
 
+// GCC enables the ISA for the region; clang (the sanitizer and fuzz builds) for every function
+// declared in it.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 
 namespace k3::quant::detail {
 namespace {
@@ -46,7 +52,11 @@ constexpr size_t kTileRows = 6;
 }  // namespace
 }  // namespace k3::quant::detail
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 namespace k3::quant::detail {
 GemmF32Kernel gemm_f32_avx2() {

@@ -10,8 +10,14 @@
 #include <cstdint>
 #include <utility>
 
+// GCC enables the ISA for the region; clang (the sanitizer and fuzz builds) for every function
+// declared in it.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
+#endif
 
 namespace k3::quant::detail {
 namespace {
@@ -42,7 +48,11 @@ constexpr size_t kTileRows = 12;
 }  // namespace
 }  // namespace k3::quant::detail
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 namespace k3::quant::detail {
 GemmF32Kernel gemm_f32_avx512() {
