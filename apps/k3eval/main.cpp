@@ -13,6 +13,7 @@
 #include "apps/k3eval/evaluate.h"
 #include "apps/k3eval/load_only.h"
 #include "apps/k3eval/options.h"
+#include "common/heap.h"
 #include "common/text_file.h"
 #include "dist/collectives.h"
 #include "dist/groups.h"
@@ -191,6 +192,7 @@ int run_job(dist::Runtime& runtime, const apps::K3evalOptions& options, dist::Wa
 }  // namespace
 
 int main(int argc, char** argv) {
+  k3::keep_freed_memory_in_heap();
   k3::dist::Runtime runtime(argc, argv);
   return runtime.run([&] { return run_k3eval(runtime, argc, argv); });
 }

@@ -227,36 +227,69 @@ struct Drafter::Impl {
     }
     if (n == 0) return;
     if (ds.pending == 0 && n >= kMaxPendingRows) {  // a prompt chunk: no copy
-      project(ds, taps, n);
+      DraftSlot* owner = &ds;
+      project(std::span<DraftSlot* const>(&owner, 1), taps);
       return;
     }
     ds.pending_taps.insert(ds.pending_taps.end(), taps.begin(), taps.end());
     ds.pending += n;
-    if (ds.pending >= kMaxPendingRows) flush(ds);
+    if (ds.pending < kMaxPendingRows) return;
+    // Every slot's waiting rows go with it: slots admitted together fill up together, and one
+    // product reads the drafter's matrices once for all of them.
+    std::vector<DraftSlot*> waiting;
+    for (DraftSlot& other : slots) waiting.push_back(&other);
+    flush(waiting);
   }
 
-  void flush(DraftSlot& ds) {
-    if (ds.pending == 0) return;
-    project(ds, ds.pending_taps, ds.pending);
-    ds.pending_taps.clear();
-    ds.pending = 0;
+  // Projects the pending taps of `owners` (those that have any) in one batch.
+  void flush(std::span<DraftSlot* const> owners) {
+    std::vector<DraftSlot*> waiting;
+    for (DraftSlot* ds : owners) {
+      if (ds->pending > 0 && std::find(waiting.begin(), waiting.end(), ds) == waiting.end())
+        waiting.push_back(ds);
+    }
+    if (waiting.empty()) return;
+    if (waiting.size() == 1) {
+      project(waiting, waiting[0]->pending_taps);
+    } else {
+      std::vector<float> taps;
+      for (const DraftSlot* ds : waiting)
+        taps.insert(taps.end(), ds->pending_taps.begin(), ds->pending_taps.end());
+      project(waiting, taps);
+    }
+    for (DraftSlot* ds : waiting) {
+      ds->pending_taps.clear();
+      ds->pending = 0;
+    }
   }
 
   // Equation 1: c_t = hidden_norm(fc [taps]); each layer's keys and values of c_t join the
-  // context. Rows are projected independently (the kernels' rows do not depend on the batch),
-  // so projecting them together or one by one gives the same keys.
-  void project(DraftSlot& ds, std::span<const float> taps, std::size_t n) {
+  // context. `taps` holds each owner's pending rows in turn (its `pending` of them, or all of
+  // `taps` for one owner with none pending). Rows are projected independently (the kernels'
+  // rows do not depend on the batch), so projecting them together or one by one gives the same
+  // keys.
+  void project(std::span<DraftSlot* const> owners, std::span<const float> taps) {
+    const std::size_t n = taps.size() / fc.cols();
+    std::vector<std::size_t> position(n), owner_rows(owners.size());
+    for (std::size_t o = 0, r = 0; o < owners.size(); ++o) {
+      owner_rows[o] = owners.size() == 1 ? n : owners[o]->pending;
+      for (std::size_t j = 0; j < owner_rows[o]; ++j) position[r++] = owners[o]->context + j;
+    }
     Rows feature(n * hidden), k, v;
     fc.apply(taps, n, feature);
     rms_norm(feature.data(), n, hidden, hidden_norm, c.rms_norm_eps, feature.data());
     SharedInput in(feature, n);  // every layer reads the same features
-    const std::size_t first = ds.context;
+    const std::size_t width = kv_heads * head_dim;
     for (std::size_t l = 0; l < layers.size(); ++l) {
-      project_kv(layers[l], in, n, [&](std::size_t r) { return first + r; }, k, v);
-      ds.keys[l].insert(ds.keys[l].end(), k.begin(), k.end());
-      ds.values[l].insert(ds.values[l].end(), v.begin(), v.end());
+      project_kv(layers[l], in, n, [&](std::size_t r) { return position[r]; }, k, v);
+      for (std::size_t o = 0, r = 0; o < owners.size(); r += owner_rows[o], ++o) {
+        const auto from = static_cast<std::ptrdiff_t>(r * width);
+        const auto to = static_cast<std::ptrdiff_t>((r + owner_rows[o]) * width);
+        owners[o]->keys[l].insert(owners[o]->keys[l].end(), k.begin() + from, k.begin() + to);
+        owners[o]->values[l].insert(owners[o]->values[l].end(), v.begin() + from, v.begin() + to);
+      }
     }
-    ds.context += n;
+    for (std::size_t o = 0; o < owners.size(); ++o) owners[o]->context += owner_rows[o];
   }
 
   // Equation 3's attention for one layer: every block row of a sequence sees the sequence's
@@ -314,10 +347,12 @@ struct Drafter::Impl {
     const std::size_t QW = q_heads * D;
     // Equation 2: [anchor, mask, ...] embedded by the target at positions p .. p + G - 1.
     std::vector<std::int32_t> ids(n, d.mask_token_id);
+    std::vector<DraftSlot*> owners;
     for (std::size_t i = 0; i < batch.size(); ++i) {
-      flush(slot(batch[i].slot));  // checks the slot; its whole context projected
+      owners.push_back(&slot(batch[i].slot));  // checks the slot
       ids[i * G] = batch[i].anchor;
     }
+    flush(owners);  // every drafting slot's whole context projected, in one batch
     Rows h, xn(n * H), q(n * QW), kb, vb, attn, o(n * H), f;
     target.embedding().lookup(ids, H, h);
     // Equation 3: pre-norm layers, h += Attn(norm h); h += SwiGLU(norm h); then the final norm.
@@ -461,6 +496,12 @@ void Drafter::copy_slot(int from, int to) { impl_->slot(to) = impl_->slot(from);
 std::size_t Drafter::context(int slot) const {
   const DraftSlot& ds = impl_->slots.at(static_cast<std::size_t>(slot));
   return ds.context + ds.pending;
+}
+std::span<const float> Drafter::context_keys(int slot, int layer) const {
+  return impl_->slots.at(static_cast<std::size_t>(slot)).keys.at(static_cast<std::size_t>(layer));
+}
+std::size_t Drafter::pending(int slot) const {
+  return impl_->slots.at(static_cast<std::size_t>(slot)).pending;
 }
 
 void Drafter::extend(int slot, std::span<const float> taps, std::size_t rows) {

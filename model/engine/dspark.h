@@ -71,11 +71,14 @@ class Drafter : public DraftSource {
   void reset_slot(int slot) override;
   void copy_slot(int from, int to) override;
   std::size_t context(int slot) const;  // committed tokens whose features the slot holds
+  std::size_t pending(int slot) const override;
+  // The projected context's keys of `layer` [context][local kv heads][dim] (tests).
+  std::span<const float> context_keys(int slot, int layer) const;
 
   // Appends the features of `rows` committed tokens of `slot` from their taps [rows, taps x
   // hidden] (StepResult::taps), projected into the layers' keys and values before the slot's
-  // next draft (or once 64 wait): a request that drafts nothing for a while costs nothing per
-  // token. Local: no collective.
+  // next draft (or once 64 wait in one slot, then every slot's together): a request that drafts
+  // nothing for a while costs nothing per token. Local: no collective.
   void extend(int slot, std::span<const float> taps, std::size_t rows) override;
 
   // Collective over the world: per request, block_size proposed tokens after its anchor.

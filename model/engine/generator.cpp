@@ -6,6 +6,8 @@
 #include <deque>
 #include <optional>
 
+#include <spdlog/spdlog.h>
+
 #include "common/error.h"
 #include "dist/collectives.h"
 #include "dist/traffic.h"
@@ -125,7 +127,7 @@ class GenerationRun {
   }
 
   GeneratorStats run() {
-    if (speculation_ && speculation_->adaptive() && !speculation_->calibrated()) calibrate();
+    if (speculation_ && speculation_->adaptive()) calibrate();
     start_prefixes();
     while (true) {
       const double loop_start = now();
@@ -147,24 +149,36 @@ class GenerationRun {
   double now() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
   int prefix_slots() const { return static_cast<int>(prefixes_.size()); }
 
-  // The cost model's first points, before any slot is in use: verify steps of growing size on
-  // slot 0 and drafter calls for growing batches, each the faster of two, averaged over the
-  // world so that every rank of a DP group knows the same times.
+  // The cost model's points up to this run's batch (a run of more requests than any before it
+  // adds the missing ones), before any slot is in use: verify steps of growing size on slot 0,
+  // drafter calls for growing batches and context projections, each the faster of two,
+  // averaged over the world so that every rank of a DP group knows the same times.
   void calibrate() {
     const auto block = static_cast<std::size_t>(speculation_->block());
     const auto running = static_cast<std::size_t>(
         std::min(options_.max_running_requests, engine_.options().slots));
-    const std::size_t max_rows =
-        std::min(running * (block + 1), engine_.options().context_length);
+    const std::size_t known = speculation_->cost().calibrated_requests();
+    if (known >= running) return;
+    const std::size_t context = engine_.options().context_length;
+    const std::size_t max_rows = std::min(running * (block + 1), context);
+    const std::size_t known_rows = std::min(known * (block + 1), context);
     std::vector<std::size_t> rows;
-    for (std::size_t r = 1; r <= max_rows; r = r < 4 ? r + 1 : r + r / 2) rows.push_back(r);
-    if (rows.back() != max_rows) rows.push_back(max_rows);
+    for (std::size_t r = 1; r <= max_rows; r = r < 4 ? r + 1 : r + r / 2)
+      if (r > known_rows) rows.push_back(r);
+    if (max_rows > known_rows && (rows.empty() || rows.back() != max_rows)) rows.push_back(max_rows);
     std::vector<std::size_t> requests;
-    for (std::size_t n = 1; n <= running; n *= 2) requests.push_back(n);
-    if (requests.back() != running) requests.push_back(running);
+    for (std::size_t n = 1; n <= running; n *= 2)
+      if (n > known) requests.push_back(n);
+    if (requests.empty() || requests.back() != running) requests.push_back(running);
+
+    // Drafter context projected in one batch: 64 rows (a slot's most) and twice that.
+    std::vector<std::size_t> projected;
+    for (std::size_t n = 64; known == 0 && n <= 128 && n <= context; n *= 2)
+      projected.push_back(n);
 
     const int vocab = engine_.config().vocab_size;
-    std::vector<double> seconds(rows.size() + requests.size(), 1e30);
+    const std::size_t at_draft = rows.size(), at_projection = at_draft + requests.size();
+    std::vector<double> seconds(at_projection + projected.size(), 1e30);
     for (int rep = 0; rep < 2; ++rep) {
       for (std::size_t i = 0; i < rows.size(); ++i) {
         std::vector<std::int32_t> tokens(rows[i]);
@@ -183,20 +197,50 @@ class GenerationRun {
         std::vector<DraftRequest> batch(requests[i]);
         for (std::size_t r = 0; r < batch.size(); ++r) {
           batch[r].slot = static_cast<int>(r);
-          batch[r].anchor = static_cast<std::int32_t>(r + 1);
+          // Anchors new to every call: a real draft's Markov-head rows are rarely all kept.
+          batch[r].anchor = static_cast<std::int32_t>(
+              ((static_cast<std::size_t>(rep) * 64 + i) * running + r) * 7919 %
+              static_cast<std::size_t>(vocab));
           drafter_->reset_slot(static_cast<int>(r));
         }
         const double t0 = now();
         drafter_->propose(batch);
-        seconds[rows.size() + i] = std::min(seconds[rows.size() + i], now() - t0);
+        seconds[at_draft + i] = std::min(seconds[at_draft + i], now() - t0);
+      }
+      for (std::size_t i = 0; i < projected.size(); ++i) {
+        const std::vector<float> taps(projected[i] * drafter_->tap_width(), 0.0f);
+        drafter_->reset_slot(0);
+        const double t0 = now();
+        drafter_->extend(0, taps, projected[i]);
+        seconds[at_projection + i] = std::min(seconds[at_projection + i], now() - t0);
       }
     }
     dist::allreduce(groups_.world(), std::span<double>(seconds), dist::ReduceOp::kSum);
     const double ranks = groups_.world().size();
-    for (std::size_t i = 0; i < rows.size(); ++i)
-      speculation_->cost().observe_target(rows[i], seconds[i] / ranks);
+    StepCostModel& cost = speculation_->cost();
+    for (std::size_t i = 0; i < rows.size(); ++i) cost.calibrate_target(rows[i], seconds[i] / ranks);
     for (std::size_t i = 0; i < requests.size(); ++i)
-      speculation_->cost().observe_draft(requests[i], seconds[rows.size() + i] / ranks);
+      cost.calibrate_draft(requests[i], seconds[at_draft + i] / ranks);
+    for (std::size_t i = 0; i < projected.size(); ++i)
+      cost.calibrate_projection(projected[i], seconds[at_projection + i] / ranks);
+    if (projected.size() == 2) {
+      // A few rows cost what the line through the two points says at them (its intercept: the
+      // matrices read once), not what 64 do.
+      const double t64 = seconds[at_projection] / ranks, t128 = seconds[at_projection + 1] / ranks;
+      cost.calibrate_projection(1, std::clamp(2 * t64 - t128, 0.0, t64) + (t128 - t64) / 64);
+    }
+    if (spdlog::should_log(spdlog::level::debug)) {
+      std::string line;
+      for (std::size_t i = 0; i < rows.size(); ++i)
+        line += fmt::format(" {}:{:.2f}", rows[i], seconds[i] / ranks * 1e3);
+      line += "; drafter ms by requests";
+      for (std::size_t i = 0; i < requests.size(); ++i)
+        line += fmt::format(" {}:{:.2f}", requests[i], seconds[at_draft + i] / ranks * 1e3);
+      line += "; projection ms by rows";
+      for (std::size_t i = 0; i < projected.size(); ++i)
+        line += fmt::format(" {}:{:.2f}", projected[i], seconds[at_projection + i] / ranks * 1e3);
+      spdlog::debug("speculation: calibrated target ms by rows{}", line);
+    }
     engine_.reset_slot(0);
     for (int r = 0; r < static_cast<int>(running); ++r) drafter_->reset_slot(r);
   }
@@ -267,7 +311,7 @@ class GenerationRun {
       const int block = speculation_ ? speculation_->block() : drafter_block_;
       const int max_k = static_cast<int>(std::min<std::size_t>(block, room > 0 ? room - 1 : 0));
       decoding.push_back(&s);
-      candidates.push_back({s.request->id, max_k});
+      candidates.push_back({s.request->id, max_k, drafter_ ? drafter_->pending(s.slot) : 0});
     }
     std::vector<int> k(candidates.size(), 0);
     if (speculation_) {
@@ -382,12 +426,23 @@ class GenerationRun {
   void learn_step_times(double target_ns, double draft_ns, double overhead_ns) {
     const double ranks = groups_.world().size();
     if (speculation_ && last_rows_ > 0) {
-      speculation_->cost().observe_target(last_rows_, target_ns / ranks * 1e-9);
-      if (last_drafted_ > 0) speculation_->cost().observe_draft(last_drafted_, draft_ns / ranks * 1e-9);
-      speculation_->cost().observe_overhead(overhead_ns / ranks * 1e-9);
+      StepCostModel& cost = speculation_->cost();
+      const double target_s = target_ns / ranks * 1e-9;
+      const double projection_s = cost.projection_seconds(last_projected_);
+      const double draft_s = std::max(0.0, draft_ns / ranks * 1e-9 - projection_s);
+      spdlog::debug(
+          "speculation: step of {} rows: target {:.2f} ms (model {:.2f}); drafter for {} "
+          "requests {:.2f} ms (model {:.2f}) after projecting {} rows ({:.2f} ms by the model)",
+          last_rows_, target_s * 1e3, cost.target_seconds(last_rows_) * 1e3, last_drafted_,
+          draft_s * 1e3, cost.draft_seconds(last_drafted_) * 1e3, last_projected_,
+          projection_s * 1e3);
+      cost.observe_target(last_rows_, target_s);
+      if (last_drafted_ > 0) cost.observe_draft(last_drafted_, draft_s);
+      cost.observe_overhead(overhead_ns / ranks * 1e-9);
     }
     last_rows_ = 0;
     last_drafted_ = 0;
+    last_projected_ = 0;
   }
 
   // When any group drafts, every rank calls the drafter once, with its DP group's verifying
@@ -397,6 +452,7 @@ class GenerationRun {
     for (std::size_t i = 0; i < verifying_; ++i) {
       const Sequence& s = *batch_seq_[i];
       drafts[i] = {s.slot, s.generated.back(), s.request->sampling};
+      last_projected_ += drafter_->pending(s.slot);
     }
     const double t0 = now();
     const auto proposed = [&] {
@@ -601,6 +657,7 @@ class GenerationRun {
   static constexpr int drafter_block_ = 1 << 20;
   // plain_rows_: the step's prefill rows and one row per decoding sequence (no drafts).
   std::size_t step_rows_ = 0, plain_rows_ = 0, last_rows_ = 0, last_drafted_ = 0;
+  std::size_t last_projected_ = 0;  // the drafter's pending rows its last call projected first
   std::size_t committed_ = 0;  // tokens the decode rows committed this step
   bool drafting_ = false;
   double target_s_ = 0, draft_s_ = 0, overhead_s_ = 0;

@@ -67,6 +67,8 @@ class DraftSource {
   virtual void copy_slot(int from, int to) = 0;
   // `rows` tokens of `slot` were committed; `taps` holds their tapped streams.
   virtual void extend(int slot, std::span<const float> taps, std::size_t rows) = 0;
+  // Committed rows of `slot` extended but not yet projected: work its next propose() does first.
+  virtual std::size_t pending(int /*slot*/) const { return 0; }
   // Collective over the world: per request, the tokens proposed after its anchor.
   virtual std::vector<std::vector<std::int32_t>> propose(std::span<const DraftRequest> batch) = 0;
 };

@@ -32,8 +32,8 @@ void AcceptanceStats::observe(std::uint64_t request, std::span<const std::int32_
 
 double AcceptanceStats::accept_probability(std::uint64_t request, int j) const {
   const auto at = static_cast<std::size_t>(std::clamp(j, 1, block_) - 1);
-  const double prior = (static_cast<double>(all_.right[at]) + 1.0) /
-                       (static_cast<double>(all_.tried[at]) + 2.0);
+  const double prior = (static_cast<double>(all_.right[at]) + kOptimism * kOptimismWeight) /
+                       (static_cast<double>(all_.tried[at]) + kOptimismWeight);
   const auto it = by_request_.find(request);
   if (it == by_request_.end()) return prior;
   return (static_cast<double>(it->second.right[at]) + kPriorWeight * prior) /
@@ -44,41 +44,56 @@ void AcceptanceStats::forget(std::uint64_t request) { by_request_.erase(request)
 
 // --- StepCostModel ---
 
-double StepCostModel::predict(const std::map<std::size_t, double>& points, std::size_t x) {
+namespace {
+
+// Linear between points; below the first, the first; beyond the last, the last (`slope`: plus
+// the slope from the point nearest half the last one's x to the last, not below 0: over that
+// span one noisy point moves it little).
+double interpolate(const std::map<std::size_t, double>& points, std::size_t x, bool slope) {
   if (points.empty()) return 0.0;
   auto hi = points.lower_bound(x);
   if (hi != points.end() && hi->first == x) return hi->second;
-  if (hi == points.begin()) return hi->second;  // below every point: the smallest step's time
+  if (hi == points.begin()) return hi->second;
   if (hi == points.end()) {
-    // Beyond every point: the last two points' slope (a step's time keeps growing with rows).
     auto last = std::prev(points.end());
-    if (last == points.begin()) return last->second;
-    auto before = std::prev(last);
-    const double slope = std::max(0.0, (last->second - before->second) /
-                                           static_cast<double>(last->first - before->first));
-    return last->second + slope * static_cast<double>(x - last->first);
+    if (!slope || last == points.begin()) return last->second;
+    auto from = points.lower_bound(last->first / 2);
+    if (from == last) from = std::prev(last);
+    const double rise = std::max(0.0, (last->second - from->second) /
+                                          static_cast<double>(last->first - from->first));
+    return last->second + rise * static_cast<double>(x - last->first);
   }
   auto lo = std::prev(hi);
   const double t = static_cast<double>(x - lo->first) / static_cast<double>(hi->first - lo->first);
   return lo->second + t * (hi->second - lo->second);
 }
 
-void StepCostModel::observe(std::map<std::size_t, double>& points, std::size_t x,
-                            double seconds) {
-  auto [it, inserted] = points.emplace(x, seconds);
-  if (!inserted) it->second += kSmoothing * (seconds - it->second);
+}  // namespace
+
+double StepCostModel::Curve::at(std::size_t x) const {
+  if (shape_.empty()) return interpolate(measured_, x, true);
+  const double base = interpolate(shape_, x, true);
+  return measured_.empty() ? base : base * interpolate(measured_, x, false);
 }
 
-double StepCostModel::target_seconds(std::size_t rows) const { return predict(target_, rows); }
-double StepCostModel::draft_seconds(std::size_t requests) const {
-  return requests == 0 ? 0.0 : predict(draft_, requests);
+void StepCostModel::Curve::calibrate(std::size_t x, double seconds) {
+  auto [it, inserted] = shape_.emplace(x, seconds);
+  if (!inserted) it->second = std::min(it->second, seconds);
+  // Non-decreasing: a step never gets faster with more rows; a point below one before it was
+  // measured in a quieter moment.
+  double floor = 0;
+  for (auto& [rows, s] : shape_) floor = s = std::max(s, floor);
 }
-void StepCostModel::observe_target(std::size_t rows, double seconds) {
-  if (rows > 0) observe(target_, rows, seconds);
+
+void StepCostModel::Curve::observe(std::size_t x, double seconds) {
+  if (x == 0) return;
+  const double base = shape_.empty() ? 1.0 : interpolate(shape_, x, true);
+  if (base <= 0) return;
+  const double value = seconds / base;
+  auto [it, inserted] = measured_.emplace(x, value);
+  if (!inserted) it->second += kSmoothing * (value - it->second);
 }
-void StepCostModel::observe_draft(std::size_t requests, double seconds) {
-  if (requests > 0) observe(draft_, requests, seconds);
-}
+
 void StepCostModel::observe_overhead(double seconds) {
   seconds = std::max(0.0, seconds);
   overhead_ = overhead_seen_ ? overhead_ + kSmoothing * (seconds - overhead_) : seconds;
@@ -139,20 +154,28 @@ std::vector<int> Speculation::by_goodput(std::span<const SpeculationCandidate> c
   std::stable_sort(gains.begin(), gains.end(),
                    [](const Gain& a, const Gain& b) { return a.tokens > b.tokens; });
   const std::size_t base_rows = other_rows + candidates.size();
-  const double base_tokens = static_cast<double>(candidates.size());
+  const double prompt_seconds = other_rows > 0 ? cost_.target_seconds(other_rows) : 0.0;
+  // The time the decode rows (and R extra ones) add to the step.
+  auto decode_seconds = [&](std::size_t extra, std::size_t drafted, std::size_t projected) {
+    return std::max(0.0, cost_.target_seconds(base_rows + extra) - prompt_seconds) +
+           cost_.draft_seconds(drafted) + cost_.projection_seconds(projected) +
+           cost_.overhead_seconds();
+  };
+  double tokens = static_cast<double>(candidates.size());
+  const double plain_seconds = decode_seconds(0, 0, 0);
+  const double plain = plain_seconds > 0 ? tokens / plain_seconds : 0.0;
   std::vector<char> drafting(candidates.size(), 0);
-  std::size_t drafted_requests = 0;
-  double tokens = base_tokens;
-  double best = base_tokens / (cost_.target_seconds(base_rows) + cost_.overhead_seconds());
+  std::size_t drafted_requests = 0, projected = 0;
+  double best = plain * (1.0 + kMinGain);
   std::size_t best_rows = 0;
   for (std::size_t r = 0; r < gains.size(); ++r) {
     tokens += gains[r].tokens;
     if (!drafting[gains[r].request]) {
       drafting[gains[r].request] = 1;
       ++drafted_requests;
+      projected += candidates[gains[r].request].pending;
     }
-    const double seconds = cost_.target_seconds(base_rows + r + 1) +
-                           cost_.draft_seconds(drafted_requests) + cost_.overhead_seconds();
+    const double seconds = decode_seconds(r + 1, drafted_requests, projected);
     if (seconds > 0 && tokens / seconds > best) {
       best = tokens / seconds;
       best_rows = r + 1;

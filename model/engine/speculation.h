@@ -15,10 +15,13 @@
 //     j - 1 was, from every proposal compared with the tokens the target then committed (also
 //     positions beyond the verified K: with deterministic sampling the committed token is the
 //     one a longer verify would have produced);
-// and maximises, over the number R of extra rows, (decoding requests + the R most probable
-// extra tokens) / (target(rows + R) + drafter + fixed overhead). R = 0 is plain decoding, so by
-// the model the choice never loses. Greedy exactness is unchanged: only how many drafts are
-// verified changes.
+// and maximises, over the number R of extra rows, the decode goodput: (decoding requests + the
+// R most probable extra tokens) / (the time the decode rows add to the step: target(prefill +
+// decode + R) - target(prefill), plus the drafter's call and projection and the fixed
+// overhead). A step's prompt rows are paid for either way, so a long prompt chunk never makes
+// verify rows look cheap. R = 0 is plain decoding; a draft length is taken only when its
+// goodput beats plain decoding's by kMinGain (the model's error), so by the model the choice
+// never loses. Greedy exactness is unchanged: only how many drafts are verified changes.
 //
 // Every rank of a DP group must choose the same K: the choice depends only on the group's
 // sequences (identical on its ranks) and on step times agreed over the world in the generator's
@@ -46,12 +49,15 @@ class AcceptanceStats {
   void observe(std::uint64_t request, std::span<const std::int32_t> drafts,
                std::span<const std::int32_t> committed);
   // P(draft position j is right | j - 1 was), j in 1..block: the request's counts with the
-  // counts over all requests as prior (weight kPriorWeight), those with a Laplace prior.
+  // counts over all requests as prior (weight kPriorWeight), those with an optimistic prior
+  // (kOptimism right of kOptimismWeight tries): before any evidence the policy drafts, so that
+  // it learns what the drafter is worth on this workload; a few rounds outweigh it.
   double accept_probability(std::uint64_t request, int j) const;
   void forget(std::uint64_t request);
 
  private:
   static constexpr double kPriorWeight = 4.0;
+  static constexpr double kOptimism = 0.75, kOptimismWeight = 4.0;
   struct Counts {
     std::vector<std::uint64_t> tried, right;  // [block], index j - 1
   };
@@ -60,23 +66,54 @@ class AcceptanceStats {
   std::unordered_map<std::uint64_t, Counts> by_request_;
 };
 
-// Seconds per target step by rows computed and per drafter call by requests drafted: measured
-// points, each an exponential moving average, interpolated linearly between them.
+// Seconds per target step by rows computed, per drafter call by requests drafted, and per
+// drafter context rows projected before a call (a request's rows committed since its last
+// draft). Each is a curve calibrated on the idle job (its shape, kept non-decreasing) times the
+// ratio of measured to calibrated time near that point (an exponential moving average per
+// measured point, interpolated): a real step's context, sequences and cache state scale the
+// whole curve, so a measurement at 16 rows also moves the prediction at 17. Without calibration
+// the measured points themselves, interpolated linearly.
 class StepCostModel {
  public:
-  double target_seconds(std::size_t rows) const;
-  double draft_seconds(std::size_t requests) const;
+  double target_seconds(std::size_t rows) const { return target_.at(rows); }
+  double draft_seconds(std::size_t requests) const {
+    return requests == 0 ? 0.0 : draft_.at(requests);
+  }
+  double projection_seconds(std::size_t rows) const {
+    return rows == 0 ? 0.0 : projection_.at(rows);
+  }
   double overhead_seconds() const { return overhead_; }  // per step, outside target and drafter
-  void observe_target(std::size_t rows, double seconds);
-  void observe_draft(std::size_t requests, double seconds);
+  // The idle job's times (the faster of repeated calls is the better measure).
+  void calibrate_target(std::size_t rows, double seconds) { target_.calibrate(rows, seconds); }
+  void calibrate_draft(std::size_t requests, double seconds) {
+    draft_.calibrate(requests, seconds);
+  }
+  void calibrate_projection(std::size_t rows, double seconds) {
+    projection_.calibrate(rows, seconds);
+  }
+  // Times of real steps. A drafter call's time without its projection (projection_seconds).
+  void observe_target(std::size_t rows, double seconds) { target_.observe(rows, seconds); }
+  void observe_draft(std::size_t requests, double seconds) { draft_.observe(requests, seconds); }
   void observe_overhead(double seconds);
   bool empty() const { return target_.empty(); }
+  // The largest drafter batch calibrated (0: none).
+  std::size_t calibrated_requests() const { return draft_.calibrated_up_to(); }
 
  private:
+  class Curve {
+   public:
+    double at(std::size_t x) const;
+    void calibrate(std::size_t x, double seconds);
+    void observe(std::size_t x, double seconds);
+    bool empty() const { return shape_.empty() && measured_.empty(); }
+    std::size_t calibrated_up_to() const { return shape_.empty() ? 0 : shape_.rbegin()->first; }
+
+   private:
+    std::map<std::size_t, double> shape_;     // calibrated seconds, non-decreasing in x
+    std::map<std::size_t, double> measured_;  // measured / shape (seconds without a shape)
+  };
   static constexpr double kSmoothing = 0.25;  // weight of a new measurement
-  static double predict(const std::map<std::size_t, double>& points, std::size_t x);
-  static void observe(std::map<std::size_t, double>& points, std::size_t x, double seconds);
-  std::map<std::size_t, double> target_, draft_;
+  Curve target_, draft_, projection_;
   double overhead_ = 0;
   bool overhead_seen_ = false;
 };
@@ -85,6 +122,7 @@ class StepCostModel {
 struct SpeculationCandidate {
   std::uint64_t request = 0;
   int max_k = 0;  // the most drafts it can still use (its block, fewer near max_new_tokens)
+  std::size_t pending = 0;  // drafter context rows its next draft projects first
 };
 
 struct SpeculationOptions {
@@ -119,6 +157,8 @@ class Speculation {
   AcceptanceStats& acceptance() { return acceptance_; }
 
  private:
+  // A draft length must promise this much more goodput than plain decoding.
+  static constexpr double kMinGain = 0.05;
   std::vector<int> by_goodput(std::span<const SpeculationCandidate> candidates,
                               std::size_t other_rows) const;
   int block_;

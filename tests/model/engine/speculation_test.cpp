@@ -43,13 +43,14 @@ TEST(AcceptanceStats, CountsPositionsUpToTheFirstWrongDraft) {
   EXPECT_GT(stats.accept_probability(1, 1), 0.9);
   EXPECT_GT(stats.accept_probability(1, 2), 0.9);
   EXPECT_LT(stats.accept_probability(1, 3), 0.1);
-  EXPECT_NEAR(stats.accept_probability(1, 4), 0.5, 1e-9);  // no evidence: the Laplace prior
+  // No evidence: the optimistic prior (3 right of 4), so that the policy tries the drafter.
+  EXPECT_NEAR(stats.accept_probability(1, 4), 0.75, 1e-9);
   // Only the committed tokens known so far count: one known and right tries position 1 only.
-  // (Request 2's one success, with the counts over all requests, 2/3, as a prior of weight 4.)
+  // (Request 2's one success, with the counts over all requests, 4/5, as a prior of weight 4.)
   AcceptanceStats partial(7);
   partial.observe(2, std::vector<std::int32_t>{5, 6, 7}, std::vector<std::int32_t>{5});
-  EXPECT_NEAR(partial.accept_probability(2, 1), (1.0 + 4.0 * 2.0 / 3.0) / 5.0, 1e-9);
-  EXPECT_NEAR(partial.accept_probability(2, 2), 0.5, 1e-9);
+  EXPECT_NEAR(partial.accept_probability(2, 1), (1.0 + 4.0 * 4.0 / 5.0) / 5.0, 1e-9);
+  EXPECT_NEAR(partial.accept_probability(2, 2), 0.75, 1e-9);
 }
 
 TEST(AcceptanceStats, ANewRequestStartsFromEveryRequestsCounts) {
@@ -71,6 +72,61 @@ TEST(StepCostModel, InterpolatesBetweenMeasuredRowsAndExtrapolatesBeyond) {
   EXPECT_GT(m.target_seconds(16), 2.0);
   EXPECT_LT(m.target_seconds(16), 4.0);
   EXPECT_DOUBLE_EQ(m.draft_seconds(0), 0.0);
+}
+
+TEST(StepCostModel, AMeasurementScalesTheCalibratedCurveAroundIt) {
+  StepCostModel m;
+  for (std::size_t rows : {8, 16, 32}) m.calibrate_target(rows, static_cast<double>(rows) / 8);
+  m.calibrate_target(16, 5.0);  // the faster of two calibrations counts
+  EXPECT_DOUBLE_EQ(m.target_seconds(16), 2.0);
+  // A real step at 16 rows takes twice the calibrated time: the rows around it follow, so an
+  // extra row costs what the calibrated slope says, scaled, never nothing.
+  m.observe_target(16, 4.0);
+  EXPECT_DOUBLE_EQ(m.target_seconds(16), 4.0);
+  EXPECT_DOUBLE_EQ(m.target_seconds(24), 6.0);
+  EXPECT_DOUBLE_EQ(m.target_seconds(64), 16.0);  // beyond: the calibrated slope, scaled
+  EXPECT_GT(m.target_seconds(17), m.target_seconds(16));
+}
+
+TEST(StepCostModel, TheCalibratedCurveNeverFallsWithMoreRows) {
+  StepCostModel m;
+  m.calibrate_target(8, 2.0);
+  m.calibrate_target(16, 1.0);  // measured in a quieter moment than the point before it
+  m.calibrate_target(32, 3.0);
+  EXPECT_DOUBLE_EQ(m.target_seconds(16), 2.0);
+  EXPECT_DOUBLE_EQ(m.target_seconds(12), 2.0);
+  EXPECT_EQ(m.calibrated_requests(), 0u);
+  m.calibrate_draft(4, 0.1);
+  EXPECT_EQ(m.calibrated_requests(), 4u);
+  EXPECT_DOUBLE_EQ(m.projection_seconds(0), 0.0);
+}
+
+TEST(Speculation, WithoutEvidenceItDraftsToLearnWhatTheDrafterIsWorth) {
+  Speculation s(7, {});
+  cost(s, 0.050, 0.0005, 0.010);
+  for (int k : s.choose(candidates(4), 0)) EXPECT_GT(k, 0);
+}
+
+TEST(Speculation, PromptRowsInTheStepDoNotMakeVerifyRowsLookCheap) {
+  Speculation s(7, {});
+  cost(s, 0.100, 0.0001, 0.010);  // memory-bound: alone, verifying pays
+  for (int id = 0; id < 4; ++id) observe(s.acceptance(), static_cast<std::uint64_t>(id), 50, 7);
+  for (int k : s.choose(candidates(4), 0)) EXPECT_EQ(k, 7);
+  // Beside a 512-row prompt chunk the weights are read anyway: the decode rows add only their
+  // own rows' time, and the drafter's call would cost more than the extra tokens save.
+  for (int k : s.choose(candidates(4), 512)) EXPECT_EQ(k, 0);
+}
+
+TEST(Speculation, ARequestWithALongBacklogPaysForProjectingItFirst) {
+  Speculation s(7, {});
+  cost(s, 0.050, 0.0005, 0.002);
+  for (std::size_t rows : {1, 64, 128}) s.cost().calibrate_projection(rows, 0.004 * rows);
+  observe(s.acceptance(), 0, 50, 2);
+  observe(s.acceptance(), 1, 50, 2);
+  std::vector<SpeculationCandidate> c = {{0, 7, 0}, {1, 7, 64}};
+  const auto k = s.choose(c, 0);
+  EXPECT_GT(k[0], 0);
+  EXPECT_EQ(k[1], 0);  // 64 rows to project (0.256 s) first: not worth two tokens
 }
 
 TEST(Speculation, PicksNoDraftsWhenVerifyingCostsMoreThanItSaves) {

@@ -329,6 +329,56 @@ TEST_F(DSparkDraftLengths, AdaptiveKeepsThePlainTokensAndMeasuresTheHostOnce) {
   EXPECT_EQ(speculate(speculation, again), plain_);
 }
 
+// The drafter projects its context lazily and in batches across slots (a slot's backlog before
+// its next draft, every slot's once one of them holds 64 rows): its keys, bit for bit, and so
+// its proposals are those of projecting each row as it comes.
+TEST(DSparkContext, BatchedProjectionProposesWhatRowByRowDoes) {
+  const auto& target = slice(FormatKind::kHf);
+  const auto& draft = slice(FormatKind::kDraft);
+  const model::ModelConfig& dc = draft.checkpoint->config();
+  EngineOptions o;
+  o.slots = 3;
+  model::engine::tap_for_drafter(*dc.dspark, o);
+  Engine engine(target.checkpoint->config(), target.loaded.weights, one().groups, o);
+  const auto options = model::engine::drafter_options(*dc.dspark, o);
+  model::engine::Drafter eager(dc, draft.loaded.weights, engine, one().groups, options);
+  model::engine::Drafter batched(dc, draft.loaded.weights, engine, one().groups, options);
+  const std::size_t width = eager.tap_width();
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  const std::vector<DraftRequest> all = {{0, 11, {}}, {1, 12, {}}, {2, 13, {}}};
+  // Slot 1 reaches 64 waiting rows while slots 0 and 2 hold a few: all three are projected then.
+  const std::vector<std::size_t> rows = {5, 70, 20};
+  for (std::size_t step = 0; step < 70; ++step) {
+    for (int s = 0; s < 3; ++s) {
+      if (step >= rows[static_cast<std::size_t>(s)]) continue;
+      std::vector<float> taps(width);
+      for (float& t : taps) t = value(rng);
+      eager.extend(s, taps, 1);
+      eager.propose(std::span<const DraftRequest>(&all[static_cast<std::size_t>(s)], 1));
+      batched.extend(s, taps, 1);
+    }
+    if (step == 63) {
+      EXPECT_EQ(batched.pending(0) + batched.pending(2), 0u);
+    }
+  }
+  EXPECT_EQ(batched.pending(1), 6u);
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(eager.pending(s), 0u);
+    EXPECT_EQ(batched.context(s), rows[static_cast<std::size_t>(s)]);
+  }
+  EXPECT_EQ(batched.propose(all), eager.propose(all));
+  // (The synthetic drafter's proposals hardly depend on its context: the keys say more.)
+  for (int s = 0; s < 3; ++s) {
+    for (int l = 0; l < dc.num_hidden_layers; ++l) {
+      const auto a = eager.context_keys(s, l), b = batched.context_keys(s, l);
+      ASSERT_EQ(a.size(), b.size());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+          << "slot " << s << " layer " << l;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace k3::test
 
