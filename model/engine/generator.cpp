@@ -315,6 +315,7 @@ class GenerationRun {
     }
     std::vector<int> k(candidates.size(), 0);
     if (speculation_) {
+      if (!candidates.empty()) speculation_->acceptance().age();
       k = speculation_->choose(candidates, prefill_rows);
     } else if (drafter_) {
       for (std::size_t i = 0; i < k.size(); ++i) k[i] = candidates[i].max_k;

@@ -11,15 +11,15 @@ namespace k3::model::engine {
 
 AcceptanceStats::AcceptanceStats(int block) : block_(block) {
   if (block < 1) throw InternalError("speculation: a block of at least one draft is needed");
-  all_.tried.assign(static_cast<std::size_t>(block), 0);
-  all_.right.assign(static_cast<std::size_t>(block), 0);
+  all_.tried.assign(static_cast<std::size_t>(block), 0.0);
+  all_.right.assign(static_cast<std::size_t>(block), 0.0);
 }
 
 void AcceptanceStats::observe(std::uint64_t request, std::span<const std::int32_t> drafts,
                               std::span<const std::int32_t> committed) {
   Counts& mine = by_request_[request];
-  if (mine.tried.empty()) mine = {std::vector<std::uint64_t>(all_.tried.size(), 0),
-                                  std::vector<std::uint64_t>(all_.tried.size(), 0)};
+  if (mine.tried.empty()) mine = {std::vector<double>(all_.tried.size(), 0.0),
+                                  std::vector<double>(all_.tried.size(), 0.0)};
   const std::size_t n = std::min({drafts.size(), committed.size(), all_.tried.size()});
   for (std::size_t j = 0; j < n; ++j) {
     ++mine.tried[j];
@@ -32,15 +32,24 @@ void AcceptanceStats::observe(std::uint64_t request, std::span<const std::int32_
 
 double AcceptanceStats::accept_probability(std::uint64_t request, int j) const {
   const auto at = static_cast<std::size_t>(std::clamp(j, 1, block_) - 1);
-  const double prior = (static_cast<double>(all_.right[at]) + kOptimism * kOptimismWeight) /
-                       (static_cast<double>(all_.tried[at]) + kOptimismWeight);
+  const double prior =
+      (all_.right[at] + kOptimism * kOptimismWeight) / (all_.tried[at] + kOptimismWeight);
   const auto it = by_request_.find(request);
   if (it == by_request_.end()) return prior;
-  return (static_cast<double>(it->second.right[at]) + kPriorWeight * prior) /
-         (static_cast<double>(it->second.tried[at]) + kPriorWeight);
+  return (it->second.right[at] + kPriorWeight * prior) / (it->second.tried[at] + kPriorWeight);
 }
 
 void AcceptanceStats::forget(std::uint64_t request) { by_request_.erase(request); }
+
+void AcceptanceStats::age() {
+  const double keep = 1.0 - 1.0 / kMemorySteps;
+  auto fade = [keep](Counts& c) {
+    for (double& n : c.tried) n *= keep;
+    for (double& n : c.right) n *= keep;
+  };
+  fade(all_);
+  for (auto& [request, counts] : by_request_) fade(counts);
+}
 
 // --- StepCostModel ---
 

@@ -54,12 +54,17 @@ class AcceptanceStats {
   // it learns what the drafter is worth on this workload; a few rounds outweigh it.
   double accept_probability(std::uint64_t request, int j) const;
   void forget(std::uint64_t request);
+  // One step passed: every count loses 1/kMemorySteps of its weight, so that a request (or a
+  // workload) whose drafts once failed is tried again once its evidence has faded, and a
+  // drafter that gets better later in a request (a text that falls into a pattern) is noticed.
+  void age();
 
  private:
   static constexpr double kPriorWeight = 4.0;
   static constexpr double kOptimism = 0.75, kOptimismWeight = 4.0;
+  static constexpr double kMemorySteps = 32.0;
   struct Counts {
-    std::vector<std::uint64_t> tried, right;  // [block], index j - 1
+    std::vector<double> tried, right;  // [block], index j - 1
   };
   int block_;
   Counts all_;

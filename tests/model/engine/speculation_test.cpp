@@ -61,6 +61,16 @@ TEST(AcceptanceStats, ANewRequestStartsFromEveryRequestsCounts) {
   EXPECT_GT(stats.accept_probability(1, 5), 0.95);  // the counts over all requests stay
 }
 
+TEST(AcceptanceStats, OldEvidenceFadesSoThePolicyTriesAgain) {
+  AcceptanceStats stats(7);
+  observe(stats, 1, 20, 0);  // every first draft wrong
+  EXPECT_LT(stats.accept_probability(1, 1), 0.15);
+  for (int step = 0; step < 200; ++step) stats.age();
+  EXPECT_GT(stats.accept_probability(1, 1), 0.7);  // back near the optimistic prior
+  observe(stats, 1, 3, 7);  // new evidence counts in full
+  EXPECT_GT(stats.accept_probability(1, 1), 0.8);
+}
+
 TEST(StepCostModel, InterpolatesBetweenMeasuredRowsAndExtrapolatesBeyond) {
   StepCostModel m;
   m.observe_target(8, 1.0);
