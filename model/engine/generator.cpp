@@ -230,16 +230,16 @@ class GenerationRun {
       cost.calibrate_projection(1, std::clamp(2 * t64 - t128, 0.0, t64) + (t128 - t64) / 64);
     }
     if (spdlog::should_log(spdlog::level::debug)) {
-      std::string line;
-      for (std::size_t i = 0; i < rows.size(); ++i)
-        line += fmt::format(" {}:{:.2f}", rows[i], seconds[i] / ranks * 1e3);
-      line += "; drafter ms by requests";
-      for (std::size_t i = 0; i < requests.size(); ++i)
-        line += fmt::format(" {}:{:.2f}", requests[i], seconds[at_draft + i] / ranks * 1e3);
-      line += "; projection ms by rows";
-      for (std::size_t i = 0; i < projected.size(); ++i)
-        line += fmt::format(" {}:{:.2f}", projected[i], seconds[at_projection + i] / ranks * 1e3);
-      spdlog::debug("speculation: calibrated target ms by rows{}", line);
+      auto points = [&](const std::vector<std::size_t>& at, std::size_t first) {
+        std::string line;
+        for (std::size_t i = 0; i < at.size(); ++i)
+          line += fmt::format(" {}:{:.2f}", at[i], seconds[first + i] / ranks * 1e3);
+        return line;
+      };
+      spdlog::debug(
+          "speculation: calibrated target ms by rows{}; drafter ms by requests{}; projection ms "
+          "by rows{}",
+          points(rows, 0), points(requests, at_draft), points(projected, at_projection));
     }
     engine_.reset_slot(0);
     for (int r = 0; r < static_cast<int>(running); ++r) drafter_->reset_slot(r);
