@@ -149,27 +149,33 @@ class GenerationRun {
   double now() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
   int prefix_slots() const { return static_cast<int>(prefixes_.size()); }
 
-  // The cost model's points up to this run's batch (a run of more requests than any before it
-  // adds the missing ones), before any slot is in use: verify steps of growing size on slot 0,
-  // drafter calls for growing batches and context projections, each the faster of two,
-  // averaged over the world so that every rank of a DP group knows the same times.
+  // The cost model's points up to the batch this run can hold (a run of more requests than any
+  // before it adds the missing ones), before any slot is in use: verify steps on slot 0 of 1,
+  // then running x 1, 2, 4 .. (block + 1) rows, drafter calls for 1 and `running` requests and
+  // context projections; each the faster of two, averaged over the world so that every rank of
+  // a DP group knows the same times. Few points, as each costs a step: between them the curve
+  // interpolates, and real steps scale it.
   void calibrate() {
     const auto block = static_cast<std::size_t>(speculation_->block());
-    const auto running = static_cast<std::size_t>(
-        std::min(options_.max_running_requests, engine_.options().slots));
+    // Every rank calibrates the same steps: the largest batch over the DP groups.
+    std::array<std::uint64_t, 1> largest = {requests_.size()};
+    dist::allreduce(groups_.world(), std::span<std::uint64_t>(largest), dist::ReduceOp::kMax);
+    const auto running = std::min<std::size_t>(
+        {static_cast<std::size_t>(std::min(options_.max_running_requests, engine_.options().slots)),
+         static_cast<std::size_t>(largest[0])});
     const std::size_t known = speculation_->cost().calibrated_requests();
-    if (known >= running) return;
+    if (running == 0 || known >= running) return;
     const std::size_t context = engine_.options().context_length;
     const std::size_t max_rows = std::min(running * (block + 1), context);
     const std::size_t known_rows = std::min(known * (block + 1), context);
     std::vector<std::size_t> rows;
-    for (std::size_t r = 1; r <= max_rows; r = r < 4 ? r + 1 : r + r / 2)
-      if (r > known_rows) rows.push_back(r);
+    if (known_rows == 0) rows.push_back(1);
+    for (std::size_t r = running; r < max_rows; r *= 2)
+      if (r > known_rows && r > 1) rows.push_back(r);
     if (max_rows > known_rows && (rows.empty() || rows.back() != max_rows)) rows.push_back(max_rows);
     std::vector<std::size_t> requests;
-    for (std::size_t n = 1; n <= running; n *= 2)
-      if (n > known) requests.push_back(n);
-    if (requests.empty() || requests.back() != running) requests.push_back(running);
+    if (known == 0) requests.push_back(1);
+    if (running > 1) requests.push_back(running);
 
     // Drafter context projected in one batch: 64 rows (a slot's most) and twice that.
     std::vector<std::size_t> projected;
