@@ -152,9 +152,10 @@ class GenerationRun {
   // The cost model's points up to the batch this run can hold (a run of more requests than any
   // before it adds the missing ones), before any slot is in use: verify steps on slot 0 of 1,
   // then running x 1, 2, 4 .. (block + 1) rows, drafter calls for 1 and `running` requests and
-  // context projections; each the faster of two, averaged over the world so that every rank of
-  // a DP group knows the same times. Few points, as each costs a step: between them the curve
-  // interpolates, and real steps scale it.
+  // context projections; each the faster of two (verify steps above `running` rows, dear and
+  // steady, once), averaged over the world so that every rank of a DP group knows the same
+  // times. Few points, as each costs a step: between them the curve interpolates, and real
+  // steps scale it.
   void calibrate() {
     const auto block = static_cast<std::size_t>(speculation_->block());
     // Every rank calibrates the same steps: the largest batch over the DP groups.
@@ -187,6 +188,8 @@ class GenerationRun {
     std::vector<double> seconds(at_projection + projected.size(), 1e30);
     for (int rep = 0; rep < 2; ++rep) {
       for (std::size_t i = 0; i < rows.size(); ++i) {
+        // Steps above the batch's plain rows are compute-bound and steady: once is enough.
+        if (rep > 0 && rows[i] > running) continue;
         std::vector<std::int32_t> tokens(rows[i]);
         for (std::size_t t = 0; t < tokens.size(); ++t)
           tokens[t] = static_cast<std::int32_t>((t * 7 + 1) % static_cast<std::size_t>(vocab));
