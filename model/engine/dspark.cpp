@@ -228,7 +228,7 @@ struct Drafter::Impl {
     if (n == 0) return;
     if (ds.pending == 0 && n >= kMaxPendingRows) {  // a prompt chunk: no copy
       DraftSlot* owner = &ds;
-      project(std::span<DraftSlot* const>(&owner, 1), taps);
+      project(std::span<DraftSlot* const>(&owner, 1), std::span<const std::size_t>(&n, 1), taps);
       return;
     }
     ds.pending_taps.insert(ds.pending_taps.end(), taps.begin(), taps.end());
@@ -249,13 +249,15 @@ struct Drafter::Impl {
         waiting.push_back(ds);
     }
     if (waiting.empty()) return;
+    std::vector<std::size_t> rows;
+    for (const DraftSlot* ds : waiting) rows.push_back(ds->pending);
     if (waiting.size() == 1) {
-      project(waiting, waiting[0]->pending_taps);
+      project(waiting, rows, waiting[0]->pending_taps);
     } else {
       std::vector<float> taps;
       for (const DraftSlot* ds : waiting)
         taps.insert(taps.end(), ds->pending_taps.begin(), ds->pending_taps.end());
-      project(waiting, taps);
+      project(waiting, rows, taps);
     }
     for (DraftSlot* ds : waiting) {
       ds->pending_taps.clear();
@@ -264,17 +266,15 @@ struct Drafter::Impl {
   }
 
   // Equation 1: c_t = hidden_norm(fc [taps]); each layer's keys and values of c_t join the
-  // context. `taps` holds each owner's pending rows in turn (its `pending` of them, or all of
-  // `taps` for one owner with none pending). Rows are projected independently (the kernels'
-  // rows do not depend on the batch), so projecting them together or one by one gives the same
-  // keys.
-  void project(std::span<DraftSlot* const> owners, std::span<const float> taps) {
+  // context. `taps` holds owner o's owner_rows[o] rows, owner after owner. Rows are projected
+  // independently (the kernels' rows do not depend on the batch), so projecting them together
+  // or one by one gives the same keys.
+  void project(std::span<DraftSlot* const> owners, std::span<const std::size_t> owner_rows,
+               std::span<const float> taps) {
     const std::size_t n = taps.size() / fc.cols();
-    std::vector<std::size_t> position(n), owner_rows(owners.size());
-    for (std::size_t o = 0, r = 0; o < owners.size(); ++o) {
-      owner_rows[o] = owners.size() == 1 ? n : owners[o]->pending;
+    std::vector<std::size_t> position(n);
+    for (std::size_t o = 0, r = 0; o < owners.size(); ++o)
       for (std::size_t j = 0; j < owner_rows[o]; ++j) position[r++] = owners[o]->context + j;
-    }
     Rows feature(n * hidden), k, v;
     fc.apply(taps, n, feature);
     rms_norm(feature.data(), n, hidden, hidden_norm, c.rms_norm_eps, feature.data());

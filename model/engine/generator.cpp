@@ -440,12 +440,14 @@ class GenerationRun {
       const double target_s = target_ns / ranks * 1e-9;
       const double projection_s = cost.projection_seconds(last_projected_);
       const double draft_s = std::max(0.0, draft_ns / ranks * 1e-9 - projection_s);
-      spdlog::debug(
-          "speculation: step of {} rows: target {:.2f} ms (model {:.2f}); drafter for {} "
-          "requests {:.2f} ms (model {:.2f}) after projecting {} rows ({:.2f} ms by the model)",
-          last_rows_, target_s * 1e3, cost.target_seconds(last_rows_) * 1e3, last_drafted_,
-          draft_s * 1e3, cost.draft_seconds(last_drafted_) * 1e3, last_projected_,
-          projection_s * 1e3);
+      if (spdlog::should_log(spdlog::level::debug)) {  // the model's predictions cost lookups
+        spdlog::debug(
+            "speculation: step of {} rows: target {:.2f} ms (model {:.2f}); drafter for {} "
+            "requests {:.2f} ms (model {:.2f}) after projecting {} rows ({:.2f} ms by the model)",
+            last_rows_, target_s * 1e3, cost.target_seconds(last_rows_) * 1e3, last_drafted_,
+            draft_s * 1e3, cost.draft_seconds(last_drafted_) * 1e3, last_projected_,
+            projection_s * 1e3);
+      }
       cost.observe_target(last_rows_, target_s);
       if (last_drafted_ > 0) cost.observe_draft(last_drafted_, draft_s);
       cost.observe_overhead(overhead_ns / ranks * 1e-9);
