@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -64,6 +65,24 @@ std::optional<model::FormatKind> load_format(const std::string& name) {
   return k;
 }
 
+// --mutant NAME[=AMOUNT].
+model::Mutation parse_mutant(const std::string& spec) {
+  const auto eq = spec.find('=');
+  model::Mutation m{spec.substr(0, eq), std::nullopt};
+  model::find_mutant(m.name);  // refuses an unknown name, listing the known ones
+  if (eq == std::string::npos) return m;
+  const std::string text = spec.substr(eq + 1);
+  std::size_t used = 0;
+  try {
+    m.amount = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size())
+    throw UsageError("--mutant '" + spec + "': expected NAME or NAME=NUMBER");
+  return m;
+}
+
 int synth(const std::vector<std::string>& args) {
   model::SynthOptions o;
   std::string format = "hf", out;
@@ -82,7 +101,10 @@ int synth(const std::vector<std::string>& args) {
       "routing, so formats and engines can be compared by their logits (0 = random routers)")(
       "set", po::value<std::vector<std::string>>()->composing(),
       "NAME=VALUE: change a preset's size (num_hidden_layers, hidden_size, num_experts, vocab, "
-      "...)");
+      "...)")(
+      "mutant", po::value<std::string>(),
+      "NAME[=AMOUNT]: plant one error (k3ckpt mutants lists them; AMOUNT defaults to the "
+      "mutant's own)");
   if (apps::answered_help(args,
                           {"k3ckpt synth --out DIR [options]",
                            "Writes a synthetic Kimi-K3 checkpoint (real architecture and tensor "
@@ -110,6 +132,7 @@ int synth(const std::vector<std::string>& args) {
   }
   if (!(o.router_margin >= 0.0) || !std::isfinite(o.router_margin))
     throw UsageError("--router-margin must be a finite number >= 0");
+  if (vm.count("mutant")) o.mutant = parse_mutant(vm["mutant"].as<std::string>());
   auto kind = model::format_from_name(format);
   if (!kind) throw UsageError("--format '" + format + "' is not one of hf, modelslim, gguf, draft");
   o.format = *kind;
@@ -120,6 +143,37 @@ int synth(const std::vector<std::string>& args) {
               format.c_str(), o.preset.c_str(), o.header_only ? ", header only" : "", out.c_str(),
               s.files, static_cast<unsigned long long>(s.tensors), human(s.bytes).c_str(),
               seconds_since(t0));
+  return 0;
+}
+
+int mutants(const std::vector<std::string>& args) {
+  po::options_description desc("k3ckpt mutants");
+  std::string format;
+  desc.add_options()("format", po::value(&format), "list only the mutants of this format");
+  if (apps::answered_help(args,
+                          {"k3ckpt mutants [--format F]",
+                           "Lists the mutants k3ckpt synth --mutant plants, one per line: name, "
+                           "default amount, formats, what it changes.",
+                           "k3ckpt mutants --format gguf"},
+                          desc))
+    return 0;
+  parse(args, desc, {});
+  std::optional<model::FormatKind> only;
+  if (!format.empty()) {
+    only = model::format_from_name(format);
+    if (!only) throw UsageError("--format '" + format + "' is not one of hf, modelslim, gguf, draft");
+  }
+  for (const model::MutantInfo& m : model::mutant_catalog()) {
+    std::string formats;
+    bool listed = !only;
+    for (model::FormatKind f : m.formats) {
+      formats += (formats.empty() ? "" : ",") + std::string(model::format_name(f));
+      listed = listed || f == *only;
+    }
+    if (listed)
+      std::printf("%s\t%g\t%s\t%s\n", std::string(m.name).c_str(), m.default_amount,
+                  formats.c_str(), std::string(m.what).c_str());
+  }
   return 0;
 }
 
@@ -385,6 +439,8 @@ int tokenize(const std::vector<std::string>& args) {
 const char* kUsage =
     "usage: k3ckpt synth --out DIR [--preset tiny|wide|full] [--format hf|modelslim|gguf|draft]\n"
     "                    [--seed N] [--shards N] [--header-only] [--router-margin M] [--set NAME=N]\n"
+    "                    [--mutant NAME[=AMOUNT]]\n"
+    "       k3ckpt mutants [--format F]\n"
     "       k3ckpt inspect DIR [--load-format F]\n"
     "       k3ckpt tokenize DIR|FILE.gguf [--decode] [--allow-special]   (stdin -> stdout)\n"
     "       k3ckpt plan DIR [--tp N --dp N --ep N --enable-dp-attention ...] [--world N] [--rank "
@@ -402,6 +458,7 @@ int run(int argc, char** argv) {
   if (command == "inspect") return inspect(args);
   if (command == "plan") return plan(args);
   if (command == "tokenize") return tokenize(args);
+  if (command == "mutants") return mutants(args);
   throw UsageError("unknown command '" + command + "'\n" + kUsage);
 }
 

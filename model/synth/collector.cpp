@@ -45,10 +45,12 @@ std::vector<float> Collector::values(const std::string& logical, const SynthRole
     return {};  // shapes only: no values at all (the full preset is terabytes)
   std::vector<float> v(count < 0 ? static_cast<std::size_t>(numel(shape))
                                  : static_cast<std::size_t>(count));
-  synth_values(options_.seed, logical, role, shape.back(), structure_, v.data(), v.size(), first);
+  synth_values(options_.seed, logical, role, shape.back(), structure_, v.data(), v.size(),
+               mutation_.source_index(logical, shape, first, v.size()));
   if (options_.router_margin > 0 && role.shape == SynthShape::kRouterBias && first == 0 &&
       v.size() == static_cast<std::size_t>(numel(shape)))
     fix_routing(options_.seed, logical, structure_, options_.router_margin, v);
+  mutation_.on_logical(logical, shape, first, v);
   return v;
 }
 
@@ -68,14 +70,16 @@ void Collector::dense(const std::string& name, DType dtype, const std::vector<st
       t.data = as_bytes_bf16(values);
     else
       t.data = quantized(*quant_type_of(dtype), values, shape).data;
+    mutation_.on_stored(name, dtype, t.data);
   }
   tensors_.push_back(std::move(t));
 }
 
 void Collector::raw(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape,
                     std::vector<std::uint8_t> data) {
-  tensors_.push_back(
-      {name, dtype, shape, options_.header_only ? std::vector<std::uint8_t>{} : std::move(data)});
+  if (options_.header_only) data.clear();
+  mutation_.on_stored(name, dtype, data);
+  tensors_.push_back({name, dtype, shape, std::move(data)});
 }
 
 // So --shards 351 really writes 351 files when there are enough tensors.

@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/checkpoint/dtype.h"
+#include "model/synth/mutants.h"
 #include "model/synth/synth.h"
 #include "quant/quantize.h"
 
@@ -27,15 +29,19 @@ std::int64_t numel(const std::vector<std::int64_t>& shape);
 // is drawn and no byte is kept, only names, dtypes and shapes.
 class Collector {
  public:
-  Collector(const SynthOptions& options, const SynthStructure& structure)
-      : options_(options), structure_(structure) {}
+  Collector(const SynthOptions& options, const SynthStructure& structure,
+            MutationEffect mutation = {})
+      : options_(options), structure_(structure), mutation_(std::move(mutation)) {}
 
   const SynthOptions& options() const { return options_; }
   bool header_only() const { return options_.header_only; }
   const std::vector<Tensor>& tensors() const { return tensors_; }
+  // The mutant planted in the values and encodings collected (SynthOptions::mutant).
+  const MutationEffect& mutation() const { return mutation_; }
 
   // The logical values of `logical` (elements [first, first + count), all when count < 0), with
-  // SynthOptions::router_margin applied to a whole router bias. Empty when header-only.
+  // SynthOptions::router_margin applied to a whole router bias and the mutant's change. Empty
+  // when header-only.
   std::vector<float> values(const std::string& logical, const SynthRole& role,
                             const std::vector<std::int64_t>& shape, std::size_t first = 0,
                             std::int64_t count = -1) const;
@@ -53,6 +59,7 @@ class Collector {
  private:
   const SynthOptions& options_;
   SynthStructure structure_;
+  MutationEffect mutation_;
   std::vector<Tensor> tensors_;
 };
 

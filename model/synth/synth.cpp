@@ -75,7 +75,12 @@ ModelConfig target_config(const SynthOptions& o) {
 
 SynthSummary synthesize_checkpoint(const SynthOptions& o) {
   if (o.shards < 1) throw UsageError("--shards " + std::to_string(o.shards) + " must be >= 1");
-  return synth_writer(o.format).write(o, target_config(o));
+  const ModelConfig target = target_config(o);
+  if (o.mutant) {
+    if (o.header_only) throw UsageError("a mutant needs tensor values; drop --header-only");
+    synth::MutationEffect(*o.mutant, target, o.format);  // refuses a mutant the format lacks
+  }
+  return synth_writer(o.format).write(o, target);
 }
 
 std::vector<std::string> read_jsonl_corpus(const fs::path& path) {

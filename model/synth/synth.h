@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "model/config.h"
 #include "model/checkpoint/format.h"
+#include "model/synth/mutants.h"
 
 namespace k3::model {
 
@@ -33,6 +35,8 @@ struct SynthOptions {
   // (0, 1)). Routing then no longer flips under rounding, and formats or engines can be compared
   // by their logits (random routers' near-ties make the default model chaotic).
   double router_margin = 0.0;
+  // One planted error (model/synth/mutants.h): the mutation run's checkpoints.
+  std::optional<Mutation> mutant;
 };
 
 struct SynthSummary {

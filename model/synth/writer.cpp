@@ -59,7 +59,8 @@ SynthSummary write_target(const SynthOptions& o, const ModelConfig& cfg,
   const ModelWeights<ParamSpec> definition = kimi_k3_definition(cfg, dist::Layout::make(one));
   const ModelWeights<SynthRole> roles = synth_roles(definition);
   std::filesystem::create_directories(o.out);
-  Collector c(o, structure_of(cfg));
+  Collector c(o, structure_of(cfg),
+              o.mutant ? MutationEffect(*o.mutant, cfg, o.format) : MutationEffect{});
   const std::unique_ptr<TargetEncoder> encoder = make_encoder(c, cfg);
   // Every parameter with its synthetic role, in the definition's order.
   auto emit = [&](const ParamSpec& s, const SynthRole& role) {
@@ -81,6 +82,9 @@ SynthSummary write_target(const SynthOptions& o, const ModelConfig& cfg,
     }
   };
   ModelWeights<ParamSpec>::fields(emit, definition, roles);
+  if (c.mutation().active() && !c.mutation().applied())
+    throw InternalError("mutant '" + o.mutant->name + "' changed no tensor of the " +
+                        std::string(format_name(o.format)) + " checkpoint");
   return encoder->finish(vocab);
 }
 

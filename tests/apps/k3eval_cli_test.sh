@@ -239,7 +239,7 @@ PY
     # Every subcommand of every binary answers --help with its own usage, options and an
     # example (before checking any option, a required one included), and exits 0.
     k3report=$(dirname "$k3eval")/k3report
-    for tool in "k3ckpt synth" "k3ckpt inspect" "k3ckpt plan" "k3ckpt tokenize" \
+    for tool in "k3ckpt synth" "k3ckpt inspect" "k3ckpt plan" "k3ckpt tokenize" "k3ckpt mutants" \
                 "k3report trend" "k3report compare" "k3report check" "k3report plot"; do
       binary=$k3ckpt
       [[ $tool == k3report* ]] && binary=$k3report
@@ -252,6 +252,14 @@ PY
       "$binary" ${tool#* } -h >"$work/out_h" 2>&1 && cmp -s "$work/out" "$work/out_h" || fail "$tool -h differs from --help"
     done
     "$k3ckpt" --help | grep -q "k3ckpt COMMAND --help" || fail "k3ckpt --help does not point at the commands' help"
+    # The mutants: listed per format; an unknown one is refused naming the known ones.
+    "$k3ckpt" mutants --format gguf >"$work/mutants" || fail "k3ckpt mutants failed"
+    grep -q "^gguf_block_scale" "$work/mutants" && ! grep -q "^modelslim_scale" "$work/mutants" ||
+      fail "k3ckpt mutants --format gguf: $(cat "$work/mutants")"
+    "$k3ckpt" synth --mutant no_such --out "$work/m" >"$work/out" 2>&1
+    rc=$?
+    [[ $rc -eq 2 ]] && grep -q "mutant 'no_such' is not one of mla_o_proj" "$work/out" ||
+      fail "synth --mutant no_such: exit $rc: $(cat "$work/out")"
     "$k3report" --help | grep -q "k3report COMMAND --help" || fail "k3report --help does not point at the commands' help"
     for args in "--help" "score --help" "logits --help"; do
       run 0 $args
