@@ -171,13 +171,19 @@ SynthSummary synthesize_draft(const SynthOptions& o, const ModelConfig& target) 
   const DSparkWeights<DraftRole> roles = draft_roles(definition);
   const DraftSource source = draft_source(o, target);
   std::filesystem::create_directories(o.out);
+  const MutationEffect mutation =
+      o.mutant ? MutationEffect(*o.mutant, cfg, FormatKind::kDraft) : MutationEffect{};
+  ModelConfig written = cfg;
+  mutation.on_config(written);
+  if (mutation.active() && !mutation.applied())
+    throw InternalError("mutant '" + o.mutant->name + "' changed nothing of the draft");
   Collector c(o, source.structure);
   auto emit = [&](const ParamSpec& s, const DraftRole& r) {
     c.dense(s.name, DType::kBF16, s.shape, draft_values(c, source, s, r));
   };
   DSparkWeights<ParamSpec>::fields(emit, definition, roles);
   const SynthSummary summary = write_safetensors(o, c.tensors());
-  std::ofstream(o.out / "config.json") << to_config_json(cfg).dump(2) << "\n";
+  std::ofstream(o.out / "config.json") << to_config_json(written).dump(2) << "\n";
   return summary;
 }
 

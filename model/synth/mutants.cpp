@@ -44,6 +44,8 @@ const std::vector<MutantInfo>& mutant_catalog() {
       {"gguf_block_scale",
        "the first Q8_0 block's scale of the MLA o_proj scaled by 1 + amount (GGUF only)", 0.1,
        {kGguf}},
+      {"draft_rope_base", "the DSpark draft's rotary base (rope_theta) scaled by 1 + amount", 0.05,
+       {FormatKind::kDraft}},
   };
   return catalog;
 }
@@ -95,12 +97,13 @@ MutationEffect::MutationEffect(const Mutation& m, const ModelConfig& c, FormatKi
   if (scale && !(amount_ > -1.0))
     throw UsageError("mutant '" + n + "': amount " + std::to_string(amount_) +
                      " would zero or flip the tensor; expected > -1");
-  const std::string mla = layer(middle_layer(c, is_mla, "MLA"));
-  const std::string kda = layer(middle_layer(c, is_kda, "KDA"));
+  // The layers a mutant names, found only for the mutants that name one (a draft has none).
+  auto mla = [&] { return layer(middle_layer(c, is_mla, "MLA")); };
+  auto kda = [&] { return layer(middle_layer(c, is_kda, "KDA")); };
   auto moe = [&] { return layer(middle_layer(c, is_moe, "MoE")) + "block_sparse_moe."; };
   kind_ = Kind::kScale;
-  if (n == "mla_o_proj") logical_ = {mla + "self_attn.o_proj.weight"};
-  if (n == "kda_o_proj") logical_ = {kda + "self_attn.o_proj.weight"};
+  if (n == "mla_o_proj") logical_ = {mla() + "self_attn.o_proj.weight"};
+  if (n == "kda_o_proj") logical_ = {kda() + "self_attn.o_proj.weight"};
   if (n == "dense_mlp_down")
     logical_ = {layer(middle_layer(c, is_dense, "dense")) + "mlp.down_proj.weight"};
   if (n == "shared_expert_down") {
@@ -117,12 +120,12 @@ MutationEffect::MutationEffect(const Mutation& m, const ModelConfig& c, FormatKi
                    static_cast<std::size_t>(c.routed_expert_hidden_size);
   }
   if (n == "latent_up_proj") logical_ = {moe() + "routed_expert_up_proj.weight"};
-  if (n == "attn_res_proj") logical_ = {stored_names::attn_res_proj(mla + "self_attention_res_score")};
+  if (n == "attn_res_proj") logical_ = {stored_names::attn_res_proj(mla() + "self_attention_res_score")};
   if (n == "lm_head") logical_ = {"lm_head.weight"};
   if (n == "embedding") logical_ = {"model.embed_tokens.weight"};
   if (n == "norm_sign") {
     kind_ = Kind::kNegate;
-    logical_ = {mla + "input_layernorm.weight"};
+    logical_ = {mla() + "input_layernorm.weight"};
   }
   if (n == "expert_swap") {
     if (c.num_experts < 2) throw UsageError("the model has fewer than 2 experts to swap");
@@ -138,17 +141,24 @@ MutationEffect::MutationEffect(const Mutation& m, const ModelConfig& c, FormatKi
   }
   if (n == "kda_decay") {
     kind_ = Kind::kLogShift;
-    logical_ = {stored_names::kda_a_log(kda + "self_attn.decay")};
+    logical_ = {stored_names::kda_a_log(kda() + "self_attn.decay")};
   }
   if (n == "modelslim_scale") {
     kind_ = Kind::kStoredScale;
     stored_ = "language_model." +
-              stored_names::modelslim(mla + "self_attn.o_proj.weight", stored_names::kModelSlimScale);
+              stored_names::modelslim(mla() + "self_attn.o_proj.weight", stored_names::kModelSlimScale);
   }
   if (n == "gguf_block_scale") {
     kind_ = Kind::kBlockScale;
-    stored_ = gguf_name(mla + "self_attn.o_proj.weight", c);
+    stored_ = gguf_name(mla() + "self_attn.o_proj.weight", c);
   }
+  if (n == "draft_rope_base") kind_ = Kind::kRopeBase;
+}
+
+void MutationEffect::on_config(ModelConfig& config) const {
+  if (kind_ != Kind::kRopeBase || !config.dspark) return;
+  config.dspark->rope_theta *= 1.0 + amount_;
+  applied_ = true;
 }
 
 std::size_t MutationEffect::source_index(const std::string& logical,

@@ -54,6 +54,8 @@ class MutationEffect {
   // Changes the drawn logical values (elements [first, first + values.size()) of `logical`).
   void on_logical(const std::string& logical, const std::vector<std::int64_t>& shape,
                   std::size_t first, std::vector<float>& values) const;
+  // Changes the config the checkpoint is written with (the draft's rotary base).
+  void on_config(ModelConfig& config) const;
   // Changes a stored tensor's encoded bytes.
   void on_stored(const std::string& stored, DType dtype, std::vector<std::uint8_t>& bytes) const;
 
@@ -64,7 +66,7 @@ class MutationEffect {
 
  private:
   enum class Kind { kNone, kScale, kScaleExpert, kNegate, kShiftElement, kLogShift, kSwapExperts,
-                    kStoredScale, kBlockScale };
+                    kStoredScale, kBlockScale, kRopeBase };
   Kind kind_ = Kind::kNone;
   std::vector<std::string> logical_;  // the logical tensors it changes
   std::string stored_;                // the stored tensor (kStoredScale, kBlockScale)

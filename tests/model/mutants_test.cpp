@@ -145,6 +145,14 @@ TEST(Mutants, StoredEncodingsChangeInTheFormatThatHasThem) {
   }
 }
 
+TEST(Mutants, TheDraftsRotaryBaseChangesItsConfigAndNoTensor) {
+  const fs::path clean = test::synthetic_checkpoint(FormatKind::kDraft);
+  const fs::path mutated = mutant(FormatKind::kDraft, "draft_rope_base");
+  EXPECT_TRUE(changed(stored_bytes(clean), stored_bytes(mutated)).empty());
+  const double want = Checkpoint::open(clean).config().dspark->rope_theta;
+  EXPECT_DOUBLE_EQ(Checkpoint::open(mutated).config().dspark->rope_theta, 1.05 * want);
+}
+
 TEST(Mutants, AMutantTheFormatLacksOrThatCannotBeWrittenIsRefused) {
   auto refused = [](SynthOptions o, const std::string& expect) {
     o.out = test::scratch_dir() / "mutant-refused";
@@ -162,6 +170,9 @@ TEST(Mutants, AMutantTheFormatLacksOrThatCannotBeWrittenIsRefused) {
   o.format = FormatKind::kDraft;
   o.mutant = Mutation{"lm_head", {}};
   refused(o, "does not apply to the draft format");
+  o.format = FormatKind::kGguf;
+  o.mutant = Mutation{"draft_rope_base", {}};
+  refused(o, "does not apply to the gguf format");
   o.format = FormatKind::kHf;
   o.mutant = Mutation{"lm_head", -1.0};
   refused(o, "expected > -1");

@@ -1,5 +1,6 @@
 // The mutation run: plants every mutant of model/synth/mutants.h in the synthetic tiny checkpoint
-// of each format and runs the project's regression checks on it. Each check compares the engine
+// of each format (the draft's with the clean hf target) and runs the project's regression checks
+// on it. Each check compares the engine
 // on the mutant with what the clean checkpoint defines, so a mutant stands for an engine (or a
 // file) that computes one block wrongly:
 //
@@ -10,7 +11,12 @@
 //                   40-token sequence, relative L2 of the logits <= 1e-5 (engine_tests'
 //                   ExactModeMatchesReferenceWithin1e5);
 //   reference_int8  the default mode against the reference on 16 fresh tokens, median <= 1 %,
-//                   worst <= 2 % (DefaultModeNearReferenceOnFreshSequences).
+//                   worst <= 2 % (DefaultModeNearReferenceOnFreshSequences);
+//   draft_acceptance (a DSpark draft's mutants, which cannot change a token) the golden prompts
+//                   decoded with the draft at its full block: the clean draft's count of
+//                   accepted drafts, exactly;
+//   draft_context   the keys the draft's layers hold for 40 seeded context rows (fp32) against
+//                   the clean draft's, relative L2 <= 1e-5.
 //
 // Layout invariance (1 against 8 and 64 ranks) is not run here: every layout reads the same
 // mutated weights, so no weight mutant can change it; it checks the engine's split arithmetic.
@@ -29,6 +35,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -39,6 +46,8 @@
 #include "eval/prompt.h"
 #include "eval/runner.h"
 #include "model/checkpoint/tokenizer_files.h"
+#include "model/engine/dspark.h"
+#include "model/engine/speculation.h"
 #include "model/reference/forward.h"
 #include "model/synth/mutants.h"
 #include "model/synth/synth.h"
@@ -52,6 +61,7 @@ namespace po = boost::program_options;
 using model::FormatKind;
 using model::engine::Engine;
 using model::engine::EngineOptions;
+using model::engine::GeneratorStats;
 using model::engine::StepSequence;
 
 struct RunOptions {
@@ -70,7 +80,6 @@ struct OneRank {
   dist::Groups groups{layout, self};
 };
 
-const char* const kChecks[] = {"golden", "reference_exact", "reference_int8"};
 constexpr double kExactBound = 1e-5;
 constexpr double kInt8Median = 0.01, kInt8Worst = 0.02;
 
@@ -105,23 +114,33 @@ double rel_l2(const std::vector<std::vector<float>>& got,
   return std::sqrt(num / den);
 }
 
-// What one checkpoint gives under each check.
-struct Observation {
-  std::vector<std::vector<std::int32_t>> tokens;  // greedy completions, default mode
-  double exact = 0;                               // fp32 engine vs clean reference
-  double int8_median = 0, int8_worst = 0;         // default engine vs clean reference
+// One check's verdict on one checkpoint: whether it fails (the mutant is caught) and what it
+// measured.
+struct Verdict {
+  const char* check;
+  bool caught;
+  std::string measured;
 };
 
-// The clean checkpoint of one format: the reference's logits and the golden tokens.
+std::string number(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g", x);
+  return b;
+}
+
+// The clean checkpoint of one format: the reference's logits and the golden tokens; for the
+// draft, its acceptance with the clean target.
 struct Clean {
   fs::path dir;
-  std::vector<std::int32_t> sequence;               // 40 tokens
-  std::vector<std::vector<std::int32_t>> fresh;     // 16 single tokens
-  std::vector<std::vector<double>> sequence_logits; // reference
+  std::vector<std::int32_t> sequence;                // 40 tokens
+  std::vector<std::vector<std::int32_t>> fresh;      // 16 single tokens
+  std::vector<std::vector<double>> sequence_logits;  // reference
   std::vector<std::vector<std::vector<double>>> fresh_logits;
   std::vector<std::int32_t> prefix;
   std::vector<std::vector<std::int32_t>> prompts;
   std::vector<std::vector<std::int32_t>> golden;
+  std::size_t verify_rounds = 0, accepted_drafts = 0;  // draft
+  std::vector<float> draft_keys;                       // draft
 };
 
 class MutationRun {
@@ -130,8 +149,6 @@ class MutationRun {
 
   int run() {
     std::vector<std::string> uncaught;
-    std::printf("%-10s %-20s %8s  %-22s %-28s %-28s\n", "format", "mutant", "amount", "golden",
-                "reference_exact", "reference_int8");
     for (FormatKind format : o_.formats) {
       const Clean& clean = prepare(format);
       for (const model::MutantInfo& info : model::mutant_catalog()) {
@@ -141,22 +158,22 @@ class MutationRun {
             std::find(o_.mutants.begin(), o_.mutants.end(), info.name) == o_.mutants.end())
           continue;
         const auto t0 = std::chrono::steady_clock::now();
+        const std::string name(info.name);
         const double amount = info.default_amount;
-        const Observation seen = observe_mutant(format, std::string(info.name), amount);
-        const auto caught = verdicts(clean, seen);
-        std::printf("%-10s %-20s %8g  %-22s %-28s %-28s  (%.1f s)\n",
-                    std::string(model::format_name(format)).c_str(),
-                    std::string(info.name).c_str(), amount, describe_golden(clean, seen).c_str(),
-                    describe(caught[1], "rel L2 " + number(seen.exact)).c_str(),
-                    describe(caught[2], "median " + number(seen.int8_median) + " worst " +
-                                            number(seen.int8_worst))
-                        .c_str(),
+        const std::vector<Verdict> verdicts = judge(format, clean, name, amount);
+        std::string line = std::string(model::format_name(format)) + " " + name + " " +
+                           number(amount) + ":";
+        bool caught = false;
+        for (const Verdict& v : verdicts) {
+          line += std::string("  ") + v.check + " " + (v.caught ? "CAUGHT" : "missed") + " (" +
+                  v.measured + ")";
+          caught = caught || v.caught;
+        }
+        std::printf("%s  [%.1f s]\n", line.c_str(),
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         std::fflush(stdout);
-        if (!caught[0] && !caught[1] && !caught[2])
-          uncaught.push_back(std::string(model::format_name(format)) + " " +
-                             std::string(info.name));
-        if (o_.bisect && amount > 0) bisect(format, clean, std::string(info.name), amount);
+        if (!caught) uncaught.push_back(std::string(model::format_name(format)) + " " + name);
+        if (o_.bisect && amount > 0) bisect(format, clean, name, amount);
       }
     }
     if (!uncaught.empty()) {
@@ -169,27 +186,6 @@ class MutationRun {
   }
 
  private:
-  static std::string number(double x) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.3g", x);
-    return b;
-  }
-  static std::string describe(bool caught, const std::string& value) {
-    return std::string(caught ? "CAUGHT " : "missed ") + value;
-  }
-  static std::string describe_golden(const Clean& clean, const Observation& seen) {
-    std::size_t differ = 0;
-    for (std::size_t i = 0; i < clean.golden.size(); ++i) differ += seen.tokens[i] != clean.golden[i];
-    return describe(differ > 0, std::to_string(differ) + "/" + std::to_string(clean.golden.size()) +
-                                    " differ");
-  }
-
-  // Which checks fail on `seen`: golden, reference_exact, reference_int8.
-  static std::array<bool, 3> verdicts(const Clean& clean, const Observation& seen) {
-    return {seen.tokens != clean.golden, seen.exact > kExactBound,
-            seen.int8_median > kInt8Median || seen.int8_worst > kInt8Worst};
-  }
-
   fs::path synthesize(FormatKind format, const std::optional<model::Mutation>& mutant) {
     model::SynthOptions s;
     s.format = format;
@@ -203,7 +199,19 @@ class MutationRun {
     return s.out;
   }
 
-  Clean prepare(FormatKind format) {
+  // The clean checkpoint of `format` and what the checks expect of it (a draft goes with the
+  // clean hf target).
+  const Clean& prepare(FormatKind format) {
+    if (auto it = clean_.find(format); it != clean_.end()) return it->second;
+    if (format == FormatKind::kDraft) {
+      Clean c = prepare(FormatKind::kHf);
+      c.dir = synthesize(format, std::nullopt);
+      const GeneratorStats stats = speculate(c, c.dir, c.golden);
+      c.verify_rounds = stats.verify_rounds;
+      c.accepted_drafts = stats.accepted_drafts;
+      c.draft_keys = draft_keys(c.dir);
+      return clean_[format] = std::move(c);
+    }
     Clean c;
     c.dir = synthesize(format, std::nullopt);
     const LoadedSlice slice = load_slice(c.dir, one_.layout, 0);
@@ -222,17 +230,19 @@ class MutationRun {
     const eval::TokenizedPrompts tokens = eval::tokenize_prompts(tokenizer, set);
     c.prefix = tokens.prefix;
     c.prompts = tokens.prompts;
-    c.golden = observe(c, c.dir).tokens;
+    EngineOptions fast;
+    fast.slots = static_cast<int>(c.prompts.size()) + 2;
+    Engine e(config, slice.loaded.weights, one_.groups, fast);
+    c.golden = greedy(e, config, c, {});
     return clean_[format] = std::move(c);
   }
 
-  Observation observe_mutant(FormatKind format, const std::string& name, double amount) {
-    return observe(clean_.at(format), synthesize(format, model::Mutation{name, amount}));
-  }
-
-  // Every check's measurement of the checkpoint in `dir` against the clean one.
-  Observation observe(const Clean& clean, const fs::path& dir) {
-    Observation seen;
+  // Every check's verdict on the mutant `name` at `amount` of `format`.
+  std::vector<Verdict> judge(FormatKind format, const Clean& clean, const std::string& name,
+                             double amount) {
+    const fs::path dir = synthesize(format, model::Mutation{name, amount});
+    if (format == FormatKind::kDraft) return judge_draft(clean, dir);
+    std::vector<Verdict> out;
     const LoadedSlice slice = load_slice(dir, one_.layout, 0);
     const model::ModelConfig& config = slice.checkpoint->config();
     {
@@ -240,7 +250,8 @@ class MutationRun {
       exact.exact = true;
       exact.slots = 1;
       Engine e(config, slice.loaded.weights, one_.groups, exact);
-      seen.exact = rel_l2(engine_logits(e, clean.sequence, 30), clean.sequence_logits);
+      const double err = rel_l2(engine_logits(e, clean.sequence, 30), clean.sequence_logits);
+      out.push_back({"reference_exact", err > kExactBound, "rel L2 " + number(err)});
     }
     EngineOptions fast;
     fast.slots = static_cast<int>(clean.prompts.size()) + 2;
@@ -249,16 +260,109 @@ class MutationRun {
     for (std::size_t i = 0; i < clean.fresh.size(); ++i)
       errors.push_back(rel_l2(engine_logits(e, clean.fresh[i], 1), clean.fresh_logits[i]));
     std::sort(errors.begin(), errors.end());
-    seen.int8_median = errors[errors.size() / 2];
-    seen.int8_worst = errors.back();
-    seen.tokens = greedy(e, config, clean);
-    return seen;
+    const double median = errors[errors.size() / 2], worst = errors.back();
+    out.push_back({"reference_int8", median > kInt8Median || worst > kInt8Worst,
+                   "median " + number(median) + " worst " + number(worst)});
+    out.insert(out.begin(), golden_verdict(clean, greedy(e, config, clean, {})));
+    return out;
   }
 
+  static Verdict golden_verdict(const Clean& clean,
+                                const std::vector<std::vector<std::int32_t>>& tokens) {
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < clean.golden.size(); ++i) differ += tokens[i] != clean.golden[i];
+    return {"golden", differ > 0,
+            std::to_string(differ) + "/" + std::to_string(clean.golden.size()) + " differ"};
+  }
+
+  // A draft cannot change the tokens (verification keeps exactly the target's), only how many
+  // of its proposals the target accepts: the check is the clean draft's accepted count at a
+  // fixed draft length. Changed tokens would be a broken speculative path, not a caught mutant.
+  std::vector<Verdict> judge_draft(const Clean& clean, const fs::path& dir) {
+    std::vector<std::vector<std::int32_t>> tokens;
+    const GeneratorStats s = speculate(clean, dir, tokens);
+    if (tokens != clean.golden)
+      throw InternalError("a mutated draft changed the target's tokens: speculation is not exact");
+    const bool caught =
+        s.accepted_drafts != clean.accepted_drafts || s.verify_rounds != clean.verify_rounds;
+    const std::vector<float> keys = draft_keys(dir);
+    double num = 0, den = 0;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      num += (keys[i] - clean.draft_keys[i]) * (keys[i] - clean.draft_keys[i]);
+      den += clean.draft_keys[i] * clean.draft_keys[i];
+    }
+    const double err = std::sqrt(num / den);
+    return {{"draft_acceptance", caught,
+             std::to_string(s.accepted_drafts) + " of " + std::to_string(s.drafted_tokens) +
+                 " drafts accepted, clean " + std::to_string(clean.accepted_drafts)},
+            {"draft_context", err > kExactBound, "keys rel L2 " + number(err)}};
+  }
+
+  // The keys every draft layer holds for 40 context rows of seeded target features (fp32):
+  // what the drafter's attention reads, and where its rotary position enters. (The synthetic
+  // drafter's proposals hardly depend on its context, so acceptance alone cannot see it.)
+  std::vector<float> draft_keys(const fs::path& draft_dir) {
+    const LoadedSlice target = load_slice(clean_.at(FormatKind::kHf).dir, one_.layout, 0);
+    const LoadedSlice draft = load_slice(draft_dir, one_.layout, 0);
+    const model::ModelConfig& dc = draft.checkpoint->config();
+    EngineOptions o;
+    o.exact = true;
+    o.slots = 1;
+    model::engine::tap_for_drafter(*dc.dspark, o);
+    Engine e(target.checkpoint->config(), target.loaded.weights, one_.groups, o);
+    model::engine::Drafter drafter(dc, draft.loaded.weights, e, one_.groups,
+                                   model::engine::drafter_options(*dc.dspark, o));
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    std::vector<float> taps(40 * drafter.tap_width());
+    for (float& t : taps) t = value(rng);
+    drafter.extend(0, taps, 40);
+    const model::engine::DraftRequest anchor{0, 11, {}};
+    drafter.propose(std::span<const model::engine::DraftRequest>(&anchor, 1));  // projects
+    std::vector<float> keys;
+    for (int l = 0; l < dc.num_hidden_layers; ++l) {
+      const auto k = drafter.context_keys(0, l);
+      keys.insert(keys.end(), k.begin(), k.end());
+    }
+    return keys;
+  }
+
+  // The golden prompts decoded by the clean hf target with the draft in `draft_dir`, every
+  // request verifying the whole block each step (default int8 mode); `tokens` gets the
+  // completions.
+  GeneratorStats speculate(const Clean& clean, const fs::path& draft_dir,
+                           std::vector<std::vector<std::int32_t>>& tokens) {
+    const LoadedSlice target = load_slice(clean_.at(FormatKind::kHf).dir, one_.layout, 0);
+    const LoadedSlice draft = load_slice(draft_dir, one_.layout, 0);
+    const model::ModelConfig& dc = draft.checkpoint->config();
+    EngineOptions o;
+    o.slots = static_cast<int>(clean.prompts.size()) + 2;
+    model::engine::tap_for_drafter(*dc.dspark, o);
+    Engine e(target.checkpoint->config(), target.loaded.weights, one_.groups, o);
+    model::engine::Drafter drafter(dc, draft.loaded.weights, e, one_.groups,
+                                   model::engine::drafter_options(*dc.dspark, o));
+    const int block = dc.dspark->block_size;
+    model::engine::SpeculationOptions so;
+    so.forced = [block](std::span<const model::engine::SpeculationCandidate> c) {
+      return std::vector<int>(c.size(), block);
+    };
+    model::engine::Speculation speculation(block, so);
+    GeneratorStats stats;
+    tokens = greedy(e, target.checkpoint->config(), clean, {&drafter, &speculation}, &stats);
+    return stats;
+  }
+
+  struct Drafting {
+    model::engine::DraftSource* drafter = nullptr;
+    model::engine::Speculation* speculation = nullptr;
+  };
   std::vector<std::vector<std::int32_t>> greedy(Engine& e, const model::ModelConfig& config,
-                                                const Clean& clean) {
+                                                const Clean& clean, Drafting drafting,
+                                                GeneratorStats* stats = nullptr) {
     model::engine::GeneratorOptions go;
     go.max_running_requests = static_cast<int>(clean.prompts.size());
+    go.drafter = drafting.drafter;
+    go.speculation = drafting.speculation;
     model::engine::Generator gen(e, one_.groups, go);
     gen.add_prefix(clean.prefix);
     std::vector<model::engine::Request> requests;
@@ -272,46 +376,48 @@ class MutationRun {
     }
     gen.validate(requests);
     std::vector<std::vector<std::int32_t>> out(requests.size());
-    gen.run(requests, {},
-            [&](const model::engine::Request& r, const model::engine::Completion& c) {
-              out[r.id] = c.tokens;
-            });
+    const GeneratorStats s = gen.run(
+        requests, {}, [&](const model::engine::Request& r, const model::engine::Completion& c) {
+          out[r.id] = c.tokens;
+        });
+    if (stats) *stats = s;
     return out;
   }
 
   // The smallest amount each check catches, by bisection on a log scale from 1e-4 up to the
-  // first of the default, 0.5, 1, 2, 5 and 10 it catches ("-": not even at 10; "<= 1e-4").
+  // first of the default, 0.5, 1, 2, 5 and 10 it catches (">10": not even at 10; "<=1e-4").
   void bisect(FormatKind format, const Clean& clean, const std::string& name, double amount) {
-    std::map<double, std::array<bool, 3>> seen;
-    auto caught_at = [&](double a) {
+    std::map<double, std::vector<Verdict>> seen;
+    auto caught_at = [&](double a, std::size_t check) {
       auto it = seen.find(a);
-      if (it == seen.end())
-        it = seen.emplace(a, verdicts(clean, observe_mutant(format, name, a))).first;
-      return it->second;
+      if (it == seen.end()) it = seen.emplace(a, judge(format, clean, name, a)).first;
+      return it->second.at(check).caught;
     };
     constexpr double kLowest = 1e-4;
     std::string line = "  smallest caught:";
-    for (int check = 0; check < 3; ++check) {
+    const std::vector<Verdict>& at_default = seen.emplace(amount, judge(format, clean, name, amount)).first->second;
+    for (std::size_t check = 0; check < at_default.size(); ++check) {
+      const std::string label = std::string(" ") + at_default[check].check + " ";
       double top = 0;
       for (double a : {amount, 0.5, 1.0, 2.0, 5.0, 10.0}) {
-        if (a < amount || !caught_at(a)[check]) continue;
+        if (a < amount || !caught_at(a, check)) continue;
         top = a;
         break;
       }
       if (top == 0) {
-        line += std::string(" ") + kChecks[check] + " >10";
+        line += label + ">10";
         continue;
       }
-      if (caught_at(kLowest)[check]) {
-        line += std::string(" ") + kChecks[check] + " <=" + number(kLowest);
+      if (caught_at(kLowest, check)) {
+        line += label + "<=" + number(kLowest);
         continue;
       }
       double lo = std::log(kLowest), hi = std::log(top);  // lo missed, hi caught
       for (int step = 0; step < 7; ++step) {
         const double mid = 0.5 * (lo + hi);
-        (caught_at(std::exp(mid))[check] ? hi : lo) = mid;
+        (caught_at(std::exp(mid), check) ? hi : lo) = mid;
       }
-      line += std::string(" ") + kChecks[check] + " " + number(std::exp(hi));
+      line += label + number(std::exp(hi));
     }
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
@@ -324,10 +430,10 @@ class MutationRun {
 
 RunOptions parse(int argc, char** argv) {
   RunOptions o;
-  std::string formats = "hf,modelslim,gguf", mutants, work, data;
+  std::string formats = "hf,modelslim,gguf,draft", mutants, work, data;
   po::options_description desc("mutation_run");
   desc.add_options()("help", "this help")("formats", po::value(&formats),
-                                          "comma-separated formats (hf,modelslim,gguf)")(
+                                          "comma-separated formats (hf,modelslim,gguf,draft)")(
       "mutants", po::value(&mutants), "comma-separated mutants (default: all)")(
       "questions", po::value(&o.questions), "GSM8K questions for the golden tokens (default 20, the quickstart's)")(
       "max-new-tokens", po::value(&o.max_new_tokens), "tokens per golden completion (default 64)")(
@@ -346,8 +452,7 @@ RunOptions parse(int argc, char** argv) {
   std::stringstream fs_list(formats);
   for (std::string f; std::getline(fs_list, f, ',');) {
     const auto kind = model::format_from_name(f);
-    if (!kind || *kind == FormatKind::kDraft)
-      throw UsageError("--formats: '" + f + "' is not one of hf, modelslim, gguf");
+    if (!kind) throw UsageError("--formats: '" + f + "' is not one of hf, modelslim, gguf, draft");
     o.formats.push_back(*kind);
   }
   std::stringstream m_list(mutants);
