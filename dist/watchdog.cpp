@@ -32,6 +32,11 @@ using Clock = std::chrono::steady_clock;
 std::atomic<const char*> g_waiting_in{nullptr};    // the collective, null when not waiting
 std::atomic<const char*> g_waiting_over{nullptr};  // the communicator's name
 std::atomic<std::int64_t> g_waiting_since{0};      // Clock ticks
+// The last collective the main thread left, and when: a heartbeat written between two
+// collectives still names where the rank was (a launcher may end rank 0 before its next one).
+std::atomic<const char*> g_left_in{nullptr};
+std::atomic<const char*> g_left_over{nullptr};
+std::atomic<std::int64_t> g_left_at{0};
 std::mutex g_stage_mutex;
 std::string g_stage = "start";
 std::atomic<std::uint64_t> g_stage_step{0};  // 0: no step count in this stage
@@ -222,13 +227,25 @@ std::optional<std::string> judge(const std::vector<Peer>& peers,
 // What a rank terminated by the launcher says: what it was waiting in, and on rank 0 the ranks
 // it had not heard from (the launcher ends a job when it loses a rank or a host).
 // "rank 0 on host h1 had waited 3 s in alltoallv over moe-ep during generation, step 67".
+// "was outside collectives", with the last one the main thread left (a pair read without a lock:
+// both are static names, at worst of neighbouring collectives).
+std::string outside_collectives() {
+  const char* what = g_left_in.load(std::memory_order_relaxed);
+  if (!what) return "was outside collectives";
+  const char* over = g_left_over.load(std::memory_order_relaxed);
+  const double ago =
+      seconds_since(Clock::time_point(Clock::duration(g_left_at.load(std::memory_order_relaxed))));
+  return fmt::format("was outside collectives (last in {} over {}, {:.1f} s before)", what,
+                     over ? over : "?", ago);
+}
+
 std::string describe_me(int me, const std::vector<std::string>& hosts) {
   const Beat mine = my_beat();
   return fmt::format(
       "rank {}{} {} during {}", me,
       host_of(hosts, me).empty() ? "" : " on host " + host_of(hosts, me),
       mine.waiting ? fmt::format("had waited {:.0f} s in {}", mine.waited_s, mine.what.data())
-                   : std::string("was outside collectives"),
+                   : outside_collectives(),
       mine.step.data());
 }
 
@@ -303,10 +320,12 @@ WaitScope::WaitScope(const char* what, const Comm& over, std::uint64_t bytes_sen
 
 WaitScope::~WaitScope() {
   if (!outer_) return;
-  g_waiting_in.store(nullptr);
+  const Clock::time_point now = Clock::now();
+  g_left_over.store(g_waiting_over.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  g_left_in.store(g_waiting_in.exchange(nullptr), std::memory_order_relaxed);
+  g_left_at.store(now.time_since_epoch().count(), std::memory_order_relaxed);
   count_traffic_wait(
-      std::chrono::duration<double>(Clock::now() - Clock::time_point(Clock::duration(since_)))
-          .count());
+      std::chrono::duration<double>(now - Clock::time_point(Clock::duration(since_))).count());
 }
 
 void set_stage(std::string stage) {
