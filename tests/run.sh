@@ -1,34 +1,46 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds k3eval from scratch if needed, and runs every test:
-#   * build/      Release: unit tests, MPI tests under mpirun (1, 8, 64 ranks), CLI tests;
+#   * build/      Release: unit tests, MPI tests under mpirun (1, 8, 64 ranks), CLI tests, the
+#                 mutation run (tests/mutants/);
 #   * build-asan/ quant, tokenizer, checkpoint, eval and one-rank engine tests again under
-#                 AddressSanitizer + UBSan;
-#   * build-fuzz/ libFuzzer on the safetensors, GGUF and ModelSlim-description readers.
+#                 AddressSanitizer + UBSan (built at -O1);
+#   * build-fuzz/ libFuzzer on the untrusted-input readers, one target per core at a time.
+# Prints each step's wall time as it ends, and all of them at the end.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
-jobs/install_deps.sh
-jobs/build.sh
+# Every step's wall time, printed as it ends and again at the end.
+step_times=()
+timed() {  # timed NAME COMMAND...: runs COMMAND, records its time, returns its status
+  local t0=$SECONDS rc=0
+  "${@:2}" || rc=$?
+  step_times+=("$(printf '%-22s %5d s%s' "$1" $((SECONDS - t0)) "$([[ $rc -eq 0 ]] || echo ' FAILED')")")
+  echo "run.sh: ${step_times[-1]}"
+  return $rc
+}
+passed=0
+failed=0
+stage() {  # stage NAME COMMAND...: a timed stage, counted; a failed one does not stop the run
+  if timed "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "stage $1 FAILED" >&2; fi
+}
+
+timed packages jobs/install_deps.sh
+timed build jobs/build.sh
 
 # Oversubscribed MPI ranks on 2 cores, as root in CI.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
-
-passed=0
-failed=0
-stage() {  # stage NAME COMMAND...: runs one stage, counts it
-  if "${@:2}"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "stage $1 FAILED" >&2; fi
-}
 
 stage release bash -c 'cd build && ctest --output-on-failure -j "$(nproc)"'
 
 # Everything that decodes untrusted bytes, again under AddressSanitizer + UBSan.
 K3_BUILD_DIR="$root/build-asan" K3_BUILD_TARGETS="common_tests quant_tests tokenizer_tests model_tests eval_tests engine_tests k3ckpt" \
-  jobs/build.sh -DK3_SANITIZE=ON -DK3_BUILD_BENCHMARKS=OFF
+  timed build-asan jobs/build.sh -DK3_SANITIZE=ON -DK3_BUILD_BENCHMARKS=OFF
 stage sanitizers bash -c 'cd build-asan && ctest --output-on-failure -j "$(nproc)" -L "common|quant|tokenizer|model|eval|engine" -LE mpi'
 
 # The untrusted-input readers under libFuzzer (clang, ASan + UBSan), a bounded time each.
 stage fuzzing tests/fuzz/run_fuzzers.sh "${K3_FUZZ_SECONDS:-60}"
 
-echo "stages: $passed passed, $failed failed"
+printf '%s\n' "${step_times[@]}"
+echo "stages: $passed passed, $failed failed; $SECONDS s in all"
 [[ $failed -eq 0 ]]

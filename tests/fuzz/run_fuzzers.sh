@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (ASan + UBSan) in build-fuzz/ and runs each for a
-# bounded time, seeded with tests/fuzz/seeds/<target>/ and the headers, configs and vocabularies
-# of freshly synthesized checkpoints. Inputs in tests/fuzz/regressions/<target>/ (past crashes) are replayed first.
+# bounded time, one target per core at a time (K3_FUZZ_JOBS sets how many), seeded with
+# tests/fuzz/seeds/<target>/ and the headers, configs and vocabularies of freshly synthesized
+# checkpoints. Inputs in tests/fuzz/regressions/<target>/ (past crashes) are replayed first.
 # A crash fails the run and leaves its input in build-fuzz/crashes/ for a regression test.
 # Usage: tests/fuzz/run_fuzzers.sh [seconds per target, default 60]
 set -euo pipefail
@@ -39,19 +40,37 @@ cp "$ck/draft/config.json" "$seeds/fuzz_config_json/draft-config.json"
 if [[ -f $ck/modelslim/tiktoken.model ]]; then cp "$ck/modelslim/tiktoken.model" "$seeds/fuzz_tiktoken/"; fi
 for f in "$ck"/gguf/*.gguf; do head -c 65536 "$f" >"$seeds/fuzz_gguf/$(basename "$f").head"; done
 
-status=0
-mkdir -p "$build/crashes"
-for t in "${targets[@]}"; do
-  corpus=$build/corpus/$t
+# One target: its past crashes replayed, then fuzzed; what it printed goes to $build/$t.summary
+# and its verdict (0 or 1) to $build/$t.rc.
+fuzz_one() {
+  local t=$1 rc=0 corpus=$build/corpus/$1
   mkdir -p "$corpus"
-  if compgen -G "$root/tests/fuzz/regressions/$t/*" >/dev/null; then
-    "$build/bin/$t" "$root/tests/fuzz/regressions/$t"/* || { echo "$t: a past crash is back" >&2; status=1; }
-  fi
-  echo "== $t: fuzzing for $seconds s"
-  "$build/bin/$t" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=1048576 \
-    -artifact_prefix="$build/crashes/$t-" -print_final_stats=1 "$corpus" "$seeds/$t" 2>"$build/$t.log" ||
-    { echo "$t: crash found; input in $build/crashes/, log in $build/$t.log" >&2; tail -40 "$build/$t.log" >&2; status=1; }
-  grep -E "stat::number_of_executed_units|stat::new_units_added" "$build/$t.log" | sed "s/^/  /"
-  echo "  corpus: $(ls "$corpus" | wc -l) inputs"
+  {
+    if compgen -G "$root/tests/fuzz/regressions/$t/*" >/dev/null; then
+      "$build/bin/$t" "$root/tests/fuzz/regressions/$t"/* || { echo "$t: a past crash is back"; rc=1; }
+    fi
+    echo "== $t: fuzzing for $seconds s"
+    "$build/bin/$t" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=1048576 \
+      -artifact_prefix="$build/crashes/$t-" -print_final_stats=1 "$corpus" "$seeds/$t" 2>"$build/$t.log" ||
+      { echo "$t: crash found; input in $build/crashes/, log in $build/$t.log"; tail -40 "$build/$t.log"; rc=1; }
+    grep -E "stat::number_of_executed_units|stat::new_units_added" "$build/$t.log" | sed "s/^/  /" || true
+    echo "  corpus: $(ls "$corpus" | wc -l) inputs"
+  } >"$build/$t.summary" 2>&1
+  echo $rc >"$build/$t.rc"
+}
+
+# One target per core at a time (each fuzzer is one process on one core).
+mkdir -p "$build/crashes"
+parallel=${K3_FUZZ_JOBS:-$(nproc)}
+for t in "${targets[@]}"; do
+  while [[ $(jobs -rp | wc -l) -ge $parallel ]]; do wait -n || true; done
+  rm -f "$build/$t.rc"
+  fuzz_one "$t" &
+done
+wait
+status=0
+for t in "${targets[@]}"; do
+  cat "$build/$t.summary"
+  [[ $(cat "$build/$t.rc" 2>/dev/null) == 0 ]] || { echo "$t: FAILED" >&2; status=1; }
 done
 exit $status
