@@ -238,10 +238,17 @@ class MutationRun {
   }
 
   // Every check's verdict on the mutant `name` at `amount` of `format`.
+  // The mutant's files are removed once judged (42 tiny checkpoints would hold 2.7 GB).
   std::vector<Verdict> judge(FormatKind format, const Clean& clean, const std::string& name,
                              double amount) {
     const fs::path dir = synthesize(format, model::Mutation{name, amount});
-    if (format == FormatKind::kDraft) return judge_draft(clean, dir);
+    std::vector<Verdict> out = format == FormatKind::kDraft ? judge_draft(clean, dir)
+                                                            : judge_target(clean, dir);
+    fs::remove_all(dir);
+    return out;
+  }
+
+  std::vector<Verdict> judge_target(const Clean& clean, const fs::path& dir) {
     std::vector<Verdict> out;
     const LoadedSlice slice = load_slice(dir, one_.layout, 0);
     const model::ModelConfig& config = slice.checkpoint->config();
