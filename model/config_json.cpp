@@ -190,6 +190,10 @@ ModelConfig parse_draft_config(const Reader& top, const std::string& source) {
   c.model_type = top.string_or("model_type", "qwen3");
   if (top.has("hidden_act") && top.string("hidden_act") != "silu")
     top.refuse("hidden_act", "expected \"silu\" (the drafter's SwiGLU MLP)");
+  // Qwen3's switches for biases the drafter's projections do not have (nor its checkpoint).
+  for (const char* bias : {"attention_bias", "mlp_bias"})
+    if (top.boolean_or(bias, false))
+      top.refuse(bias, "expected false: the drafter's projections have no bias");
   c.hidden_size = top.integer("hidden_size");
   c.intermediate_size = top.integer("intermediate_size");
   c.num_hidden_layers = top.integer("num_hidden_layers");
