@@ -1,6 +1,7 @@
 // config.json: read strictly (every missing key or wrong type named with the file) and written
 // in the official release's layout, or in RadixArk/Kimi-K3-DSpark's for a draft.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -130,6 +131,37 @@ void read_shared_fields(const Reader& r, ModelConfig& c, const std::string& sour
   }
 }
 
+// Kimi-K3's switches with the one value the engine computes (the release's, docs/ENGINE.md "The
+// math, piece by piece"): another value would be other math run silently, so it is refused.
+void refuse_other_kimi_variants(const Reader& r) {
+  auto fixed_bool = [&](const char* key, bool want, const char* why) {
+    if (r.has(key) && r.boolean_or(key, want) != want)
+      r.refuse(key, std::string("expected ") + (want ? "true" : "false") + ": " + why);
+  };
+  auto fixed_string = [&](const char* key, const char* want, const char* why) {
+    if (r.has(key) && r.string(key) != want)
+      r.refuse(key, std::string("expected \"") + want + "\": " + why);
+  };
+  auto fixed_integer = [&](const char* key, int want, const char* why) {
+    if (r.has(key) && r.integer(key) != want)
+      r.refuse(key, "expected " + std::to_string(want) + ": " + why);
+  };
+  fixed_string("moe_router_activation_func", "sigmoid", "the router's scores are sigmoids");
+  fixed_bool("moe_renormalize", true, "the chosen experts' weights are renormalised");
+  fixed_bool("latent_moe_use_norm", true,
+             "the experts' weighted sum is RMS-normalised before the up projection");
+  fixed_bool("mla_use_output_gate", true, "MLA's output is gated by g_proj");
+  fixed_string("topk_method", "noaux_tc", "top-k of the scores plus the correction bias");
+  fixed_integer("num_expert_group", 1, "one group: top-k over every expert");
+  fixed_integer("topk_group", 1, "one group: top-k over every expert");
+  fixed_integer("moe_layer_freq", 1, "every layer from first_k_dense_replace on is MoE");
+  fixed_integer("num_nextn_predict_layers", 0, "no MTP head is implemented");
+  if (r.has("routed_scaling_factor")) {
+    const double f = r.number_or("routed_scaling_factor", 1.0);
+    if (!(f > 0) || !std::isfinite(f)) r.refuse("routed_scaling_factor", "expected a number > 0");
+  }
+}
+
 // The DSpark drafters k3eval does not read, refused by name before anything else is parsed.
 void refuse_other_drafters(const Reader& top, const std::string& source) {
   if (top.has("speculators_model_type") && top.string("speculators_model_type") == "dspark") {
@@ -247,6 +279,7 @@ ModelConfig parse_config_json(const json& root, const std::string& source) {
   ModelConfig c;
   c.model_type = r.has("model_type") ? r.string("model_type") : "kimi_linear";
   read_shared_fields(r, c, source);
+  refuse_other_kimi_variants(r);
   c.first_k_dense_replace = r.integer_or("first_k_dense_replace", 1);
   c.situ_beta = r.number_or("activation_situ_beta", 4.0);
   c.situ_linear_beta = r.number_or("activation_situ_linear_beta", 25.0);

@@ -211,6 +211,38 @@ std::string preflight_message(const fs::path& dir) {
   return "accepted";
 }
 
+// The main model's switches with one value the engine computes (model/config_json.cpp,
+// refuse_other_kimi_variants), each set to another: refused by name.
+template <class Add>
+void add_kimi_switch_cases(Add& add) {
+  auto config_key = [](const char* key, json value) {
+    return [key, value](const fs::path& d) {
+      edit_json(d / "config.json", [&](json& c) {
+        json& t = c.contains("text_config") ? c["text_config"] : c;
+        t[key] = value;
+      });
+    };
+  };
+  add("config_router_softmax", config_key("moe_router_activation_func", "softmax"),
+      {"config.json", "moe_router_activation_func", "expected \"sigmoid\""});
+  add("config_no_renormalize", config_key("moe_renormalize", false),
+      {"config.json", "moe_renormalize", "expected true"});
+  add("config_latent_without_norm", config_key("latent_moe_use_norm", false),
+      {"config.json", "latent_moe_use_norm", "expected true"});
+  add("config_mla_ungated", config_key("mla_use_output_gate", false),
+      {"config.json", "mla_use_output_gate", "expected true"});
+  add("config_topk_greedy", config_key("topk_method", "greedy"),
+      {"config.json", "topk_method", "expected \"noaux_tc\""});
+  add("config_expert_groups", config_key("num_expert_group", 4),
+      {"config.json", "num_expert_group", "expected 1"});
+  add("config_moe_every_other_layer", config_key("moe_layer_freq", 2),
+      {"config.json", "moe_layer_freq", "expected 1"});
+  add("config_mtp_head", config_key("num_nextn_predict_layers", 1),
+      {"config.json", "num_nextn_predict_layers", "no MTP head"});
+  add("config_scaling_negative", config_key("routed_scaling_factor", -1.0),
+      {"config.json", "routed_scaling_factor", "expected a number > 0"});
+}
+
 // The cases are listed without touching any file (ctest lists them before the fixtures exist):
 // the names below are the synthesizer's, and a damage that cannot find its target fails loudly.
 void add_safetensors_cases(std::vector<Case>& cases, FormatKind kind) {
@@ -260,6 +292,9 @@ void add_safetensors_cases(std::vector<Case>& cases, FormatKind kind) {
   add("config_heads_changed", config_key("num_attention_heads", 12), {"expected"});
   add("config_vocab_smaller", config_key("vocab_size", 1024), {"config.json", "vocab_size"});
   add("config_eps_negative", config_key("rms_norm_eps", -1e-6), {"config.json", "rms_norm_eps"});
+  // Switches with one value the engine computes: another is other math, refused by name (the
+  // main model's; a draft has none of them).
+  if (!draft) add_kimi_switch_cases(add);
   add("config_huge_number", [](const fs::path& d) {
         write_bytes(d / "config.json",
                     std::string(read_bytes(d / "config.json")).insert(1, "\"x\": 1e999999, "));
