@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -195,7 +196,27 @@ ModelConfig config_from_gguf(const GgufFile& g,
   c.num_shared_experts = static_cast<int>(g.u32(k("expert_shared_count")));
   c.moe_intermediate_size = static_cast<int>(g.u32(k("expert_feed_forward_length")));
   c.routed_expert_hidden_size = static_cast<int>(g.u32(k("expert_latent_length")));
-  if (g.has(k("expert_weights_scale"))) c.routed_scaling_factor = g.f32(k("expert_weights_scale"));
+  // llama.cpp's router switches: sigmoid gating (2) and renormalised weights are the math the
+  // engine computes; llama.cpp requires the gating key and renormalises only when told, and a
+  // scale of 0 means "no scaling" there.
+  if (g.u32(k("expert_gating_func")) != 2) {
+    throw InputError(g.path + ": kimi-k3.expert_gating_func is " +
+                     std::to_string(g.u32(k("expert_gating_func"))) +
+                     ", expected 2 (sigmoid; Kimi-K3's router)");
+  }
+  if (!g.has(k("expert_weights_norm")) || !g.boolean(k("expert_weights_norm"))) {
+    throw InputError(g.path + ": kimi-k3.expert_weights_norm is " +
+                     (g.has(k("expert_weights_norm")) ? "false" : "missing") +
+                     ", expected true (Kimi-K3 renormalises the chosen experts' weights)");
+  }
+  if (g.has(k("expert_weights_scale"))) {
+    const float scale = g.f32(k("expert_weights_scale"));
+    if (!(scale >= 0) || !std::isfinite(scale)) {
+      throw InputError(g.path + ": kimi-k3.expert_weights_scale is " + std::to_string(scale) +
+                       ", expected a number >= 0 (0: no scaling)");
+    }
+    c.routed_scaling_factor = scale == 0 ? 1.0 : scale;
+  }
   c.attn_res_block_size = static_cast<int>(g.u32(k("attn_res.block_size")));
   c.situ_beta = g.f32(k("activation.situ_beta"));
   c.situ_linear_beta = g.f32(k("activation.situ_linear_beta"));

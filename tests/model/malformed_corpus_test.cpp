@@ -710,6 +710,22 @@ void add_gguf_cases(std::vector<Case>& cases) {
         edit_first_split_kv(d, [](auto& kv) { kv["kimi-k3.block_count"] = str("six"); });
       },
       {"kimi-k3.block_count"});
+  // The router's switches: llama.cpp's softmax gating, or weights left unnormalised, is math the
+  // engine does not compute.
+  add("gating_softmax", [](const fs::path& d) {
+        edit_first_split_kv(d, [](auto& kv) { kv["kimi-k3.expert_gating_func"] = u32(1); });
+      },
+      {first, "kimi-k3.expert_gating_func is 1, expected 2 (sigmoid"});
+  add("weights_norm_missing", [](const fs::path& d) {
+        edit_first_split_kv(d, [](auto& kv) { kv.erase("kimi-k3.expert_weights_norm"); });
+      },
+      {first, "kimi-k3.expert_weights_norm is missing, expected true"});
+  add("weights_norm_false", [](const fs::path& d) {
+        edit_first_split_kv(d, [](auto& kv) {
+          kv["kimi-k3.expert_weights_norm"] = GgufValue{GgufType::kBool, GgufType::kU8, false};
+        });
+      },
+      {first, "kimi-k3.expert_weights_norm is false, expected true"});
   add("block_count_billion", [](const fs::path& d) {
         edit_first_split_kv(d, [](auto& kv) { kv["kimi-k3.block_count"] = u32(1000000000); });
       },
