@@ -93,10 +93,6 @@ MutationEffect::MutationEffect(const Mutation& m, const ModelConfig& c, FormatKi
   amount_ = m.amount.value_or(info.default_amount);
   if (!std::isfinite(amount_)) throw UsageError("mutant '" + m.name + "': amount must be finite");
   const std::string& n = m.name;
-  const bool scale = n != "norm_sign" && n != "expert_swap" && n != "router_bias";
-  if (scale && !(amount_ > -1.0))
-    throw UsageError("mutant '" + n + "': amount " + std::to_string(amount_) +
-                     " would zero or flip the tensor; expected > -1");
   // The layers a mutant names, found only for the mutants that name one (a draft has none).
   auto mla = [&] { return layer(middle_layer(c, is_mla, "MLA")); };
   auto kda = [&] { return layer(middle_layer(c, is_kda, "KDA")); };
@@ -153,6 +149,12 @@ MutationEffect::MutationEffect(const Mutation& m, const ModelConfig& c, FormatKi
     stored_ = gguf_name(mla() + "self_attn.o_proj.weight", c);
   }
   if (n == "draft_rope_base") kind_ = Kind::kRopeBase;
+  // The relative kinds multiply by 1 + amount.
+  const bool relative = kind_ != Kind::kNegate && kind_ != Kind::kSwapExperts &&
+                        kind_ != Kind::kShiftElement;
+  if (relative && !(amount_ > -1.0))
+    throw UsageError("mutant '" + n + "': amount " + std::to_string(amount_) +
+                     " would zero or flip the tensor; expected > -1");
 }
 
 void MutationEffect::on_config(ModelConfig& config) const {

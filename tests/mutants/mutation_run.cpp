@@ -62,7 +62,6 @@ using model::FormatKind;
 using model::engine::Engine;
 using model::engine::EngineOptions;
 using model::engine::GeneratorStats;
-using model::engine::StepSequence;
 
 struct RunOptions {
   std::vector<FormatKind> formats;
@@ -83,36 +82,6 @@ struct OneRank {
 constexpr double kExactBound = 1e-5;
 constexpr double kInt8Median = 0.01, kInt8Worst = 0.02;
 
-// Logits of every position: one prefill step of `prefill` tokens, then one token at a time.
-std::vector<std::vector<float>> engine_logits(Engine& e, const std::vector<std::int32_t>& tokens,
-                                              std::size_t prefill) {
-  std::vector<std::vector<float>> rows;
-  const auto V = static_cast<std::size_t>(e.config().vocab_size);
-  e.reset_slot(0);
-  for (std::size_t at = 0; at < tokens.size();) {
-    const std::size_t n = at == 0 ? prefill : 1;
-    StepSequence s;
-    s.slot = 0;
-    s.tokens = std::span<const std::int32_t>(tokens).subspan(at, n);
-    s.output = StepSequence::Output::kAllLogits;
-    auto result = e.step(std::span<const StepSequence>(&s, 1));
-    for (std::size_t r = 0; r < n; ++r)
-      rows.emplace_back(result.logits[0].begin() + r * V, result.logits[0].begin() + (r + 1) * V);
-    at += n;
-  }
-  return rows;
-}
-
-double rel_l2(const std::vector<std::vector<float>>& got,
-              const std::vector<std::vector<double>>& want) {
-  double num = 0, den = 0;
-  for (std::size_t t = 0; t < want.size(); ++t)
-    for (std::size_t i = 0; i < want[t].size(); ++i) {
-      num += (got[t][i] - want[t][i]) * (got[t][i] - want[t][i]);
-      den += want[t][i] * want[t][i];
-    }
-  return std::sqrt(num / den);
-}
 
 // One check's verdict on one checkpoint: whether it fails (the mutant is caught) and what it
 // measured.
@@ -292,13 +261,7 @@ class MutationRun {
       throw InternalError("a mutated draft changed the target's tokens: speculation is not exact");
     const bool caught =
         s.accepted_drafts != clean.accepted_drafts || s.verify_rounds != clean.verify_rounds;
-    const std::vector<float> keys = draft_keys(dir);
-    double num = 0, den = 0;
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      num += (keys[i] - clean.draft_keys[i]) * (keys[i] - clean.draft_keys[i]);
-      den += clean.draft_keys[i] * clean.draft_keys[i];
-    }
-    const double err = std::sqrt(num / den);
+    const double err = rel_l2(draft_keys(dir), clean.draft_keys);
     return {{"draft_acceptance", caught,
              std::to_string(s.accepted_drafts) + " of " + std::to_string(s.drafted_tokens) +
                  " drafts accepted, clean " + std::to_string(clean.accepted_drafts)},
@@ -309,7 +272,7 @@ class MutationRun {
   // what the drafter's attention reads, and where its rotary position enters. (The synthetic
   // drafter's proposals hardly depend on its context, so acceptance alone cannot see it.)
   std::vector<float> draft_keys(const fs::path& draft_dir) {
-    const LoadedSlice target = load_slice(clean_.at(FormatKind::kHf).dir, one_.layout, 0);
+    const LoadedSlice& target = hf_target();
     const LoadedSlice draft = load_slice(draft_dir, one_.layout, 0);
     const model::ModelConfig& dc = draft.checkpoint->config();
     EngineOptions o;
@@ -339,7 +302,7 @@ class MutationRun {
   // completions.
   GeneratorStats speculate(const Clean& clean, const fs::path& draft_dir,
                            std::vector<std::vector<std::int32_t>>& tokens) {
-    const LoadedSlice target = load_slice(clean_.at(FormatKind::kHf).dir, one_.layout, 0);
+    const LoadedSlice& target = hf_target();
     const LoadedSlice draft = load_slice(draft_dir, one_.layout, 0);
     const model::ModelConfig& dc = draft.checkpoint->config();
     EngineOptions o;
@@ -430,9 +393,16 @@ class MutationRun {
     std::fflush(stdout);
   }
 
+  // The clean hf target a draft is judged with, loaded once.
+  const LoadedSlice& hf_target() {
+    if (!hf_target_) hf_target_ = load_slice(clean_.at(FormatKind::kHf).dir, one_.layout, 0);
+    return *hf_target_;
+  }
+
   RunOptions o_;
   OneRank one_;
   std::map<FormatKind, Clean> clean_;
+  std::optional<LoadedSlice> hf_target_;
 };
 
 RunOptions parse(int argc, char** argv) {

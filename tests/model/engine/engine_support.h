@@ -1,11 +1,13 @@
 // Helpers of the engine tests: load a synthetic checkpoint's slice for (layout, rank), build an
-// engine on it, and generate greedy tokens for a set of prompts.
+// engine on it, generate greedy tokens for a set of prompts, and compare logits.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "dist/groups.h"
@@ -75,6 +77,48 @@ inline std::vector<std::vector<std::int32_t>> generate(
                          });
   if (stats) *stats = s;
   return out;
+}
+
+// Logits of every position: one prefill step of `prefill` tokens, then the rest one at a time.
+inline std::vector<std::vector<float>> engine_logits(model::engine::Engine& e, const std::vector<std::int32_t>& tokens,
+                                              std::size_t prefill) {
+  std::vector<std::vector<float>> rows;
+  const std::size_t V = static_cast<std::size_t>(e.config().vocab_size);
+  e.reset_slot(0);
+  for (std::size_t at = 0; at < tokens.size();) {
+    const std::size_t n = at == 0 ? prefill : 1;
+    model::engine::StepSequence s;
+    s.slot = 0;
+    s.tokens = std::span<const std::int32_t>(tokens).subspan(at, n);
+    s.output = model::engine::StepSequence::Output::kAllLogits;
+    auto result = e.step(std::span<const model::engine::StepSequence>(&s, 1));
+    for (std::size_t r = 0; r < n; ++r)
+      rows.emplace_back(result.logits[0].begin() + r * V, result.logits[0].begin() + (r + 1) * V);
+    at += n;
+  }
+  return rows;
+}
+
+// The relative L2 distance of the whole [positions x vocabulary] logits.
+inline double rel_l2(const std::vector<std::vector<float>>& got,
+              const std::vector<std::vector<double>>& want) {
+  double num = 0, den = 0;
+  for (std::size_t t = 0; t < want.size(); ++t)
+    for (std::size_t i = 0; i < want[t].size(); ++i) {
+      num += (got[t][i] - want[t][i]) * (got[t][i] - want[t][i]);
+      den += want[t][i] * want[t][i];
+    }
+  return std::sqrt(num / den);
+}
+
+// The relative L2 distance of two flat vectors.
+inline double rel_l2(std::span<const float> got, std::span<const float> want) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    num += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    den += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(num / den);
 }
 
 }  // namespace k3::test

@@ -61,37 +61,6 @@ class EngineTest : public ::testing::TestWithParam<FormatKind> {
   }
 };
 
-// Logits of every position: one prefill step of `prefill` tokens, then the rest one at a time.
-std::vector<std::vector<float>> engine_logits(Engine& e, const std::vector<std::int32_t>& tokens,
-                                              std::size_t prefill) {
-  std::vector<std::vector<float>> rows;
-  const std::size_t V = static_cast<std::size_t>(e.config().vocab_size);
-  e.reset_slot(0);
-  for (std::size_t at = 0; at < tokens.size();) {
-    const std::size_t n = at == 0 ? prefill : 1;
-    StepSequence s;
-    s.slot = 0;
-    s.tokens = std::span<const std::int32_t>(tokens).subspan(at, n);
-    s.output = StepSequence::Output::kAllLogits;
-    auto result = e.step(std::span<const StepSequence>(&s, 1));
-    for (std::size_t r = 0; r < n; ++r)
-      rows.emplace_back(result.logits[0].begin() + r * V, result.logits[0].begin() + (r + 1) * V);
-    at += n;
-  }
-  return rows;
-}
-
-// The relative L2 distance of the whole [positions x vocabulary] logits.
-double rel_l2(const std::vector<std::vector<float>>& got,
-              const std::vector<std::vector<double>>& want) {
-  double num = 0, den = 0;
-  for (std::size_t t = 0; t < want.size(); ++t)
-    for (std::size_t i = 0; i < want[t].size(); ++i) {
-      num += (got[t][i] - want[t][i]) * (got[t][i] - want[t][i]);
-      den += want[t][i] * want[t][i];
-    }
-  return std::sqrt(num / den);
-}
 
 // fp32 activations (weights dequantized once): the engine's math, its absorbed MLA, chunked
 // KDA, and decode from the caches against the double-precision reference. The bound.
