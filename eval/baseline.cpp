@@ -16,7 +16,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kExpected =
+constexpr const char* kBaselineShape =
     "expected {\"accuracy\": x, \"tolerance\": {\"mode\": \"relative\"|\"absolute\", \"value\": "
     "v}, "
     "\"golden\": [{\"id\": i, \"token_ids\": [...]}] (optional)}";
@@ -109,7 +109,7 @@ std::string optional_string(const Reader& r, const json& root, const char* key) 
 Baseline baseline_from_json(const json& root, const std::string& file) {
   const Reader r(file);
   if (!root.is_object()) {
-    throw InputError(file + ": found " + a_json_type(root) + "; " + kExpected);
+    throw InputError(file + ": found " + a_json_type(root) + "; " + kBaselineShape);
   }
   r.only_keys(root, "",
               {"accuracy", "tolerance", "golden", "num_questions", "benchmark", "description"});
@@ -183,7 +183,7 @@ Baseline baseline_from_json(const json& root, const std::string& file) {
 
 Baseline read_baseline(const std::filesystem::path& path) {
   const std::string file = path.string();
-  return read_json(read_text_file(path, "baseline"), {file, kExpected},
+  return read_json(read_text_file(path, "baseline"), {file, kBaselineShape},
                    [&](const json& root) { return baseline_from_json(root, file); });
 }
 

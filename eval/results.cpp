@@ -19,7 +19,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kExpected = "expected one result object per line";
+constexpr const char* kResultsShape = "expected one result object per line";
 
 const json& field(const json& j, const char* key, const std::string& where) {
   const auto it = j.find(key);
@@ -74,7 +74,7 @@ nlohmann::ordered_json to_json(const QuestionResult& r) {
 
 QuestionResult result_from_json(const json& j, const std::string& where) {
   if (!j.is_object()) {
-    throw InputError(where + ": found " + a_json_type(j) + "; " + kExpected);
+    throw InputError(where + ": found " + a_json_type(j) + "; " + kResultsShape);
   }
   QuestionResult r;
   r.id = unsigned_field(j, "id", where);
@@ -140,8 +140,8 @@ ResultsFile read_results(const std::filesystem::path& path) {
     const bool cut_short = i + 1 == end && !line.terminated;
     json j;
     try {
-      if (is_blank(line.text)) throw InputError(where + ": empty line; " + kExpected);
-      j = parse_json(line.text, {where, kExpected, true});
+      if (is_blank(line.text)) throw InputError(where + ": empty line; " + kResultsShape);
+      j = parse_json(line.text, {where, kResultsShape, true});
     } catch (const InputError& e) {
       if (!cut_short) {
         throw InputError(std::string(e.what()) +

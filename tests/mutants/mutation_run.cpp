@@ -73,12 +73,6 @@ struct RunOptions {
   fs::path data;
 };
 
-struct OneRank {
-  dist::Layout layout = dist::Layout::make(dist::LayoutSpec{});
-  dist::Comm self{MPI_COMM_SELF};
-  dist::Groups groups{layout, self};
-};
-
 constexpr double kExactBound = 1e-5;
 constexpr double kInt8Median = 0.01, kInt8Worst = 0.02;
 

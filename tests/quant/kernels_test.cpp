@@ -168,11 +168,11 @@ TEST(QuantKernels, RelativeErrorOnRealisticShape) {
 }
 
 // A heavy-tailed matrix of format f and n heavy-tailed activation rows, drawn in that order.
-struct Problem {
+struct HeavyTailedProblem {
   QuantizedMatrix m;
   std::vector<float> x;
 };
-Problem heavy_tailed_problem(std::mt19937_64& rng, const Format& f, std::size_t rows,
+HeavyTailedProblem heavy_tailed_problem(std::mt19937_64& rng, const Format& f, std::size_t rows,
                              std::size_t cols, std::size_t n) {
   const std::vector<float> wf = heavy_tailed(rng, rows * cols);
   QuantizedMatrix m = quantize(f.type, wf, rows, cols, f.opt);

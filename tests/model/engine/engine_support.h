@@ -21,6 +21,19 @@
 
 namespace k3::test {
 
+// One rank's world: the default layout over MPI_COMM_SELF.
+struct OneRank {
+  dist::Layout layout = dist::Layout::make(dist::LayoutSpec{});
+  dist::Comm self{MPI_COMM_SELF};
+  dist::Groups groups{layout, self};
+};
+
+// The test binary's one OneRank, built on first use (after MPI_Init).
+inline OneRank& one_rank() {
+  static OneRank r;
+  return r;
+}
+
 struct LoadedSlice {
   std::unique_ptr<model::Checkpoint> checkpoint;
   model::LoadResult loaded;

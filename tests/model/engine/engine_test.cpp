@@ -28,18 +28,9 @@ using model::engine::EngineOptions;
 using model::engine::GeneratorOptions;
 using model::engine::StepSequence;
 
-struct OneRank {
-  dist::Layout layout = dist::Layout::make(dist::LayoutSpec{});
-  dist::Comm self{MPI_COMM_SELF};
-  dist::Groups groups{layout, self};
-};
-
 class EngineTest : public ::testing::TestWithParam<FormatKind> {
  protected:
-  static OneRank& one() {
-    static OneRank r;
-    return r;
-  }
+  static OneRank& one() { return one_rank(); }
   static const LoadedSlice& slice(FormatKind kind) {
     static std::map<FormatKind, LoadedSlice> cache;
     auto it = cache.find(kind);

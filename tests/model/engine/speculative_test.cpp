@@ -37,22 +37,11 @@ using model::engine::GeneratorOptions;
 using model::engine::GeneratorStats;
 using model::engine::Request;
 
-struct OneRank {
-  dist::Layout layout = dist::Layout::make(dist::LayoutSpec{});
-  dist::Comm self{MPI_COMM_SELF};
-  dist::Groups groups{layout, self};
-};
-
-OneRank& one() {
-  static OneRank r;
-  return r;
-}
-
 const LoadedSlice& slice(FormatKind kind) {
   static std::map<FormatKind, LoadedSlice> cache;
   auto it = cache.find(kind);
   if (it == cache.end())
-    it = cache.emplace(kind, load_slice(synthetic_checkpoint(kind), one().layout, 0)).first;
+    it = cache.emplace(kind, load_slice(synthetic_checkpoint(kind), one_rank().layout, 0)).first;
   return it->second;
 }
 
@@ -109,7 +98,7 @@ Outcome generate_one(Engine& engine, const std::vector<std::int32_t>& prompt, st
   GeneratorOptions g;
   g.max_running_requests = 1;
   g.drafter = drafter;
-  Generator gen(engine, one().groups, g);
+  Generator gen(engine, one_rank().groups, g);
   Request r;
   r.prompt = prompt;
   r.max_new_tokens = max_new;
@@ -130,7 +119,7 @@ class SpeculativeRounds : public ::testing::Test {
     const auto& s = slice(FormatKind::kHf);
     EngineOptions o;
     o.slots = 2;
-    engine_ = std::make_unique<Engine>(s.checkpoint->config(), s.loaded.weights, one().groups, o);
+    engine_ = std::make_unique<Engine>(s.checkpoint->config(), s.loaded.weights, one_rank().groups, o);
     vocab_ = s.checkpoint->config().vocab_size;
     prompt_ = random_prompts(1, 40, 40, 4096, 61)[0];
     plain_ = generate_one(*engine_, prompt_, kNew, nullptr).completion.tokens;
@@ -220,16 +209,16 @@ TEST_P(DSparkDrafting, KeepsThePlainPathsTokens) {
   EngineOptions o;
   o.slots = g.max_running_requests + 1;
   o.exact = exact;
-  Engine plain_engine(target.checkpoint->config(), target.loaded.weights, one().groups, o);
-  const auto plain = generate(plain_engine, one().groups, g, prompts, 20, shared);
+  Engine plain_engine(target.checkpoint->config(), target.loaded.weights, one_rank().groups, o);
+  const auto plain = generate(plain_engine, one_rank().groups, g, prompts, 20, shared);
 
   model::engine::tap_for_drafter(*dc.dspark, o);
-  Engine engine(target.checkpoint->config(), target.loaded.weights, one().groups, o);
-  model::engine::Drafter drafter(dc, draft.loaded.weights, engine, one().groups,
+  Engine engine(target.checkpoint->config(), target.loaded.weights, one_rank().groups, o);
+  model::engine::Drafter drafter(dc, draft.loaded.weights, engine, one_rank().groups,
                                  model::engine::drafter_options(*dc.dspark, o));
   g.drafter = &drafter;
   GeneratorStats stats;
-  const auto speculative = generate(engine, one().groups, g, prompts, 20, shared, &stats);
+  const auto speculative = generate(engine, one_rank().groups, g, prompts, 20, shared, &stats);
   EXPECT_EQ(speculative, plain);
   ASSERT_GT(stats.verify_rounds, 0u);
   const double accept_length =
@@ -254,8 +243,8 @@ class DSparkDraftLengths : public ::testing::Test {
     g_.chunked_prefill_size = 32;
     o_.slots = g_.max_running_requests + 1;
     o_.exact = true;
-    Engine plain_engine(target.checkpoint->config(), target.loaded.weights, one().groups, o_);
-    plain_ = generate(plain_engine, one().groups, g_, prompts_, kNew);
+    Engine plain_engine(target.checkpoint->config(), target.loaded.weights, one_rank().groups, o_);
+    plain_ = generate(plain_engine, one_rank().groups, g_, prompts_, kNew);
     model::engine::tap_for_drafter(*dc.dspark, o_);
   }
   // The tokens with the drafter and `speculation`, and the run's stats.
@@ -264,13 +253,13 @@ class DSparkDraftLengths : public ::testing::Test {
     const auto& target = slice(FormatKind::kHf);
     const auto& draft = slice(FormatKind::kDraft);
     const model::ModelConfig& dc = draft.checkpoint->config();
-    Engine engine(target.checkpoint->config(), target.loaded.weights, one().groups, o_);
-    model::engine::Drafter drafter(dc, draft.loaded.weights, engine, one().groups,
+    Engine engine(target.checkpoint->config(), target.loaded.weights, one_rank().groups, o_);
+    model::engine::Drafter drafter(dc, draft.loaded.weights, engine, one_rank().groups,
                                    model::engine::drafter_options(*dc.dspark, o_));
     GeneratorOptions g = g_;
     g.drafter = &drafter;
     g.speculation = &speculation;
-    return generate(engine, one().groups, g, prompts_, kNew, {}, &stats);
+    return generate(engine, one_rank().groups, g, prompts_, kNew, {}, &stats);
   }
   static model::engine::SpeculationOptions forced(
       std::function<int(const model::engine::SpeculationCandidate&)> k) {
@@ -339,10 +328,10 @@ TEST(DSparkContext, BatchedProjectionProposesWhatRowByRowDoes) {
   EngineOptions o;
   o.slots = 3;
   model::engine::tap_for_drafter(*dc.dspark, o);
-  Engine engine(target.checkpoint->config(), target.loaded.weights, one().groups, o);
+  Engine engine(target.checkpoint->config(), target.loaded.weights, one_rank().groups, o);
   const auto options = model::engine::drafter_options(*dc.dspark, o);
-  model::engine::Drafter eager(dc, draft.loaded.weights, engine, one().groups, options);
-  model::engine::Drafter batched(dc, draft.loaded.weights, engine, one().groups, options);
+  model::engine::Drafter eager(dc, draft.loaded.weights, engine, one_rank().groups, options);
+  model::engine::Drafter batched(dc, draft.loaded.weights, engine, one_rank().groups, options);
   const std::size_t width = eager.tap_width();
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
