@@ -17,6 +17,8 @@
 # k3eval, orted or mpirun), exit 3, a status naming the host, its ranks, the collective and the
 # step, every finished question kept, and --resume on all hosts must finish it with the tokens of
 # an uninterrupted run.
+#   whole_run         the fault cases' uninterrupted run on one host, which a resumed run must
+#                     equal (run once, before them)
 # Usage: multihost_test.sh CASE K3EVAL_BINARY WORK_DIR CHECKPOINT_DIR DATA_FILE
 set -uo pipefail
 case_name=$1
@@ -61,13 +63,9 @@ run_hosts() {
 lost_args=(--num-questions 40 --collective-timeout 10)
 timeout_s=10
 
-# whole_run: the uninterrupted run a resumed one must equal (tokens do not depend on the hosts).
-whole_run() {
-  mkdir -p "$work/whole"
-  timeout 300 mpirun --oversubscribe -np 8 "$k3eval" "${quickstart[@]}" "${lost_args[@]}" \
-    --artifacts-dir "$work/whole" >"$work/whole.out" 2>"$work/whole.err" ||
-    fail "uninterrupted run: $(tail -3 "$work/whole.err")"
-}
+# The uninterrupted run a resumed one must equal (tokens do not depend on the hosts): the
+# whole_run case writes it once, on one host, for every fault case (a ctest fixture).
+whole=$3/whole_run/whole
 
 # inject_fault FAULT HOST RUNNING...: once some questions of $run_dir are finished (and before
 # all are; RUNNING... says the job still runs), cuts, kills or stops HOST; sets $kept_at_fault
@@ -108,7 +106,9 @@ check_record() {
 
 # check_resumed: $run_dir holds all 40 questions with the uninterrupted run's tokens.
 check_resumed() {
-  facts "$work/whole/questions.jsonl" >"$work/whole.facts"
+  [[ -f $whole/questions.jsonl ]] ||
+    { fail "no uninterrupted run at $whole (the multihost_whole_run test writes it)"; return; }
+  facts "$whole/questions.jsonl" >"$work/whole.facts"
   facts "$run_dir/questions.jsonl" >"$work/resumed.facts"
   [[ $(wc -l <"$work/resumed.facts") -eq 40 ]] || fail "resumed run has $(wc -l <"$work/resumed.facts") questions"
   cmp -s "$work/whole.facts" "$work/resumed.facts" ||
@@ -116,6 +116,14 @@ check_resumed() {
 }
 
 case $case_name in
+  whole_run)
+    mkdir -p "$whole"
+    timeout 300 mpirun --oversubscribe -np 8 "$k3eval" "${quickstart[@]}" "${lost_args[@]}" \
+      --artifacts-dir "$whole" >"$work/whole.out" 2>"$work/whole.err" ||
+      fail "uninterrupted run: $(tail -3 "$work/whole.err")"
+    [[ $(facts "$whole/questions.jsonl" | wc -l) -eq 40 ]] ||
+      fail "uninterrupted run: $(wc -l <"$whole/questions.jsonl") questions, expected 40"
+    ;;
   same_answers)
     mkdir -p "$work/one"
     timeout 300 mpirun --oversubscribe -np 8 "$k3eval" "${quickstart[@]}" --artifacts-dir "$work/one" \
@@ -152,7 +160,6 @@ case $case_name in
 
   lost_host_cut | lost_host_kill | lost_host_stop | bare_mpirun_cut)
     fault=${case_name##*_}
-    whole_run
     mh_up 2 || { fail "the multi-host fixture could not start (see above)"; finish; }
     mh_slots 4
     lost=${MH_HOSTS[1]}
@@ -215,7 +222,6 @@ case $case_name in
     ;;
   slurm_lost_host_cut | slurm_lost_host_kill | slurm_lost_host_stop)
     fault=${case_name##*_}
-    [[ $fault == cut ]] && whole_run
     # Nothing from an enclosing allocation may leak into the submission.
     while read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(SLURM_|SBATCH_|SALLOC_|SRUN_)')
     export PATH=/usr/sbin:$PATH
