@@ -22,16 +22,20 @@ started=$SECONDS
 stage() { printf '[%s +%3ds] %s\n' "$(date +%T)" $((SECONDS - started)) "$*" >&2; }
 failed() { stage "$1 failed; the full output is in $log"; tail -n 15 "$log" >&2; exit 2; }
 
-stage "checking the Debian packages (jobs/install_deps.sh)"
-"$root/jobs/install_deps.sh" >>"$log" 2>&1 || failed "installing packages"
-if grep -q '^install_deps: installing' "$log"; then
-  stage "installed $(sed -n 's/^install_deps: installing //p' "$log" | wc -w) package(s)"
+# Only what the quickstart builds and runs; ./tests/run.sh installs the tests' packages.
+stage "checking the Debian packages (jobs/install_deps.sh quickstart)"
+missing=$("$root/jobs/install_deps.sh" quickstart --missing)
+if [[ -n $missing ]]; then
+  stage "installing $(wc -w <<<"$missing") package(s) with apt-get: $missing"
+  "$root/jobs/install_deps.sh" quickstart >>"$log" 2>&1 || failed "installing packages"
 fi
-if [[ ! -f $root/build/CMakeCache.txt ]]; then stage "configuring build/ (CMake, Release)"; fi
+if [[ ! -f $root/build/CMakeCache.txt ]]; then
+  stage "configuring build/ (CMake, Release; the tests are configured by ./tests/run.sh)"
+fi
 stage "building k3eval and k3ckpt"
 # ninja's "[N/M]" lines, one every 10 steps and the last, as the build goes.
 set +e
-K3_BUILD_TARGETS="k3eval k3ckpt" "$root/jobs/build.sh" 2>&1 | tee -a "$log" |
+K3_DEPS=quickstart K3_BUILD_TARGETS="k3eval k3ckpt" "$root/jobs/build.sh" 2>&1 | tee -a "$log" |
   awk -v t0="$started" '/^\[[0-9]+\/[0-9]+\]/ {
       split(substr($1, 2, length($1) - 2), n, "/")
       if (n[1] % 10 == 0 || n[1] == n[2]) { printf "  build step %d of %d\n", n[1], n[2]; fflush() }
