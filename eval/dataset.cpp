@@ -13,7 +13,7 @@ namespace {
 constexpr const char* kDatasetShape =
     "expected one JSON object per line with string fields \"question\" and \"answer\"";
 
-std::string string_field(const nlohmann::json& object, const char* key, const std::string& where) {
+std::string dataset_string(const nlohmann::json& object, const char* key, const std::string& where) {
   const auto it = object.find(key);
   if (it == object.end()) throw InputError(where + ": missing \"" + key + "\"; " + kDatasetShape);
   if (!it->is_string()) {
@@ -45,8 +45,8 @@ std::vector<Question> read_gsm8k(const std::filesystem::path& path) {
       }
       Question q;
       q.line = line.number;
-      q.question = string_field(j, "question", where);
-      q.answer = string_field(j, "answer", where);
+      q.question = dataset_string(j, "question", where);
+      q.answer = dataset_string(j, "answer", where);
       return q;
     }));
   }

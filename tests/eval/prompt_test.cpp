@@ -21,16 +21,11 @@ std::uint64_t fnv1a(std::string_view s) {
   return h;
 }
 
-const std::vector<Question>& test_set() {
-  static const std::vector<Question> data = read_gsm8k(test::gsm8k_dir() / "test.jsonl");
-  return data;
-}
-
 TEST(Prompts, TwoShotsMatchSglangExactly) {
   PromptOptions o;
   o.num_shots = 2;
   o.num_questions = 3;
-  const PromptSet set = build_prompts(test_set(), o, "test.jsonl");
+  const PromptSet set = build_prompts(test::gsm8k_test_set(), o, "test.jsonl");
   // The separators, literally: "Question: " ... "\nAnswer: " + solution + "\n\n", twice.
   EXPECT_TRUE(set.prefix.starts_with("Question: Janet\u2019s ducks lay 16 eggs per day."));
   EXPECT_NE(set.prefix.find("market?\nAnswer: Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck"),
@@ -55,7 +50,7 @@ TEST(Prompts, TwoShotsMatchSglangExactly) {
 }
 
 TEST(Prompts, SglangDefaultsAreFiveShotsAndTwoHundredQuestions) {
-  const PromptSet set = build_prompts(test_set(), PromptOptions{}, "test.jsonl");
+  const PromptSet set = build_prompts(test::gsm8k_test_set(), PromptOptions{}, "test.jsonl");
   EXPECT_EQ(set.prefix.size(), 2216u);
   EXPECT_EQ(fnv1a(set.prefix), 0xc2b16f05e48cbe0dull);
   ASSERT_EQ(set.prompts.size(), 200u);
@@ -73,9 +68,9 @@ TEST(Prompts, ZeroShotsHaveAnEmptyPrefix) {
   PromptOptions o;
   o.num_shots = 0;
   o.num_questions = 1;
-  const PromptSet set = build_prompts(test_set(), o, "test.jsonl");
+  const PromptSet set = build_prompts(test::gsm8k_test_set(), o, "test.jsonl");
   EXPECT_EQ(set.prefix, "");
-  EXPECT_EQ(set.text(0), format_example(test_set()[0], false));
+  EXPECT_EQ(set.text(0), format_example(test::gsm8k_test_set()[0], false));
 }
 
 TEST(Prompts, ExcludingShotQuestionsStartsAfterTheShots) {
@@ -83,16 +78,16 @@ TEST(Prompts, ExcludingShotQuestionsStartsAfterTheShots) {
   o.num_shots = 5;
   o.num_questions = 1314;
   o.exclude_shot_questions = true;
-  const PromptSet set = build_prompts(test_set(), o, "test.jsonl");
+  const PromptSet set = build_prompts(test::gsm8k_test_set(), o, "test.jsonl");
   EXPECT_EQ(fnv1a(set.prefix), 0xc2b16f05e48cbe0dull);  // the same shots
   ASSERT_EQ(set.prompts.size(), 1314u);
   EXPECT_EQ(set.prompts.front().id, 5u);
   EXPECT_EQ(set.prompts.back().id, 1318u);
-  EXPECT_EQ(set.prompts.front().suffix, format_example(test_set()[5], false));
+  EXPECT_EQ(set.prompts.front().suffix, format_example(test::gsm8k_test_set()[5], false));
 }
 
 TEST(Prompts, OptionsBeyondTheDataAreUsageErrors) {
-  const auto& d = test_set();
+  const auto& d = test::gsm8k_test_set();
   auto build = [&](std::size_t shots, std::size_t n, bool exclude) {
     return test::error_of([&] {
       build_prompts(d, PromptOptions{shots, n, exclude}, "test.jsonl");

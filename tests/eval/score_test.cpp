@@ -13,15 +13,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::vector<Question>& test_set() {
-  static const std::vector<Question> data = read_gsm8k(test::gsm8k_dir() / "test.jsonl");
-  return data;
-}
-
 std::string score_error(const std::string& bytes) {
   const fs::path p = test::write_file(test::scratch_dir() / "completions", bytes);
   const std::string message =
-      test::error_of([&] { score_completions(test_set(), p, Extractor::kSglang); });
+      test::error_of([&] { score_completions(test::gsm8k_test_set(), p, Extractor::kSglang); });
   return message.rfind(p.string(), 0) == 0 ? message.substr(p.string().size()) : message;
 }
 
@@ -35,7 +30,7 @@ TEST(Score, JsonlWithIndexIdOrPromptId) {
                                       "\n"
                                       R"({"id": 3, "output_text": " 540 meters, so #### 007"})"
                                       "\n");
-  const ScoreReport sglang = score_completions(test_set(), p, Extractor::kSglang);
+  const ScoreReport sglang = score_completions(test::gsm8k_test_set(), p, Extractor::kSglang);
   EXPECT_EQ(sglang.format, "jsonl");
   ASSERT_EQ(sglang.results.size(), 4u);
   EXPECT_EQ(sglang.results[0].prediction, "18");
@@ -47,7 +42,7 @@ TEST(Score, JsonlWithIndexIdOrPromptId) {
   EXPECT_EQ(sglang.results[3].label, "540");
   EXPECT_EQ(format_accuracy_lines(sglang.metrics), "Accuracy: 0.500\nInvalid: 0.500\n");
 
-  const ScoreReport flexible = score_completions(test_set(), p, Extractor::kFlexible);
+  const ScoreReport flexible = score_completions(test::gsm8k_test_set(), p, Extractor::kFlexible);
   EXPECT_EQ(flexible.results[1].prediction, "-3");
   EXPECT_FALSE(flexible.results[1].correct);
   EXPECT_EQ(flexible.results[3].prediction, "7");
@@ -58,7 +53,7 @@ TEST(Score, SglangRawResultRowsAreCheckedAgainstTheirPrompt) {
   PromptOptions o;
   o.num_shots = 2;
   o.num_questions = 2;
-  const PromptSet set = build_prompts(test_set(), o, "test.jsonl");
+  const PromptSet set = build_prompts(test::gsm8k_test_set(), o, "test.jsonl");
   // What dump_bench_raw_result writes: rows joined by "\n", no final newline.
   nlohmann::json r0 = {
       {"prompt_id", 0}, {"prompt", set.text(0)}, {"output", " #### 18"}, {"correct", true}};
@@ -66,13 +61,13 @@ TEST(Score, SglangRawResultRowsAreCheckedAgainstTheirPrompt) {
       {"prompt_id", 1}, {"prompt", set.text(0)}, {"output", " #### 3"}, {"correct", true}};
   const fs::path p =
       test::write_file(test::scratch_dir() / "raw.jsonl", r0.dump() + "\n" + r1.dump());
-  EXPECT_EQ(test::error_of([&] { score_completions(test_set(), p, Extractor::kSglang); }),
+  EXPECT_EQ(test::error_of([&] { score_completions(test::gsm8k_test_set(), p, Extractor::kSglang); }),
             p.string() +
                 ":2: \"prompt\" does not end with question 1 of the data (\"Question: "
                 "...\\nAnswer:\"); the completions were made from other data");
   r1["prompt"] = set.text(1);
   test::write_file(p, r0.dump() + "\n" + r1.dump());
-  const ScoreReport report = score_completions(test_set(), p, Extractor::kSglang);
+  const ScoreReport report = score_completions(test::gsm8k_test_set(), p, Extractor::kSglang);
   EXPECT_EQ(report.metrics.correct, 2u);
 }
 
@@ -80,7 +75,7 @@ TEST(Score, SglangDumpStateTextFile) {
   PromptOptions o;
   o.num_shots = 2;
   o.num_questions = 3;
-  const PromptSet set = build_prompts(test_set(), o, "test.jsonl");
+  const PromptSet set = build_prompts(test::gsm8k_test_set(), o, "test.jsonl");
   const std::vector<std::string> outputs = {" Janet sells 9 eggs.\n#### 18\n\n",
                                             " It takes 3 bolts.\n#### 4\n\n", ""};
   // dump_state_text: "=" * 40 + f" {i} " + "=" * 40 + "\n" + text + "\n" + "=" * 80 + "\n\n".
@@ -90,7 +85,7 @@ TEST(Score, SglangDumpStateTextFile) {
             set.text(i) + outputs[i] + "\n" + std::string(80, '=') + "\n\n";
   }
   const fs::path p = test::write_file(test::scratch_dir() / "tmp_output_gsm8k.txt", dump);
-  const ScoreReport report = score_completions(test_set(), p, Extractor::kSglang);
+  const ScoreReport report = score_completions(test::gsm8k_test_set(), p, Extractor::kSglang);
   EXPECT_EQ(report.format, "sglang-dump");
   ASSERT_EQ(report.results.size(), 3u);
   // Question 0's own solution is in the prefix; the completion is what follows the last ask.

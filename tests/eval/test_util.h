@@ -1,5 +1,5 @@
-// Shared by the eval tests: a scratch directory per test in the build tree, small files written
-// there, and the message of the k3::Error a call throws.
+// Shared by the eval tests: the GSM8K test split, a scratch directory per test in the build tree,
+// small files written there, and the message of the k3::Error a call throws.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,12 +9,20 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/error.h"
+#include "eval/dataset.h"
 
 namespace k3::eval::test {
 
 inline std::filesystem::path gsm8k_dir() { return K3_GSM8K_DIR; }
+
+// The GSM8K test split of ../shared, read once per test binary.
+inline const std::vector<Question>& gsm8k_test_set() {
+  static const std::vector<Question> data = read_gsm8k(gsm8k_dir() / "test.jsonl");
+  return data;
+}
 
 // build/tests/eval/scratch/<suite>.<test>, emptied first: tests may run in parallel.
 inline std::filesystem::path scratch_dir() {
