@@ -30,17 +30,16 @@ using model::engine::StepSequence;
 
 class EngineTest : public ::testing::TestWithParam<FormatKind> {
  protected:
-  static OneRank& one() { return one_rank(); }
   static const LoadedSlice& slice(FormatKind kind) {
     static std::map<FormatKind, LoadedSlice> cache;
     auto it = cache.find(kind);
     if (it == cache.end())
-      it = cache.emplace(kind, load_slice(synthetic_checkpoint(kind), one().layout, 0)).first;
+      it = cache.emplace(kind, load_slice(synthetic_checkpoint(kind), one_rank().layout, 0)).first;
     return it->second;
   }
   static std::unique_ptr<Engine> engine(FormatKind kind, EngineOptions o = {}) {
     const auto& s = slice(kind);
-    return std::make_unique<Engine>(s.checkpoint->config(), s.loaded.weights, one().groups, o);
+    return std::make_unique<Engine>(s.checkpoint->config(), s.loaded.weights, one_rank().groups, o);
   }
   static const model::ReferenceModel& reference(FormatKind kind) {
     static std::map<FormatKind, std::unique_ptr<model::ReferenceModel>> cache;
@@ -184,7 +183,7 @@ class ServingTest : public EngineTest {
     o.slots = g.max_running_requests + (prefix.empty() ? 0 : 1);
     o.exact = exact;
     auto e = engine(GetParam(), o);
-    return generate(*e, one().groups, g, prompts, kNewTokens, prefix, stats);
+    return generate(*e, one_rank().groups, g, prompts, kNewTokens, prefix, stats);
   }
 };
 
