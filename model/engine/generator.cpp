@@ -320,12 +320,14 @@ class GenerationRun {
       const int block = speculation_ ? speculation_->block() : drafter_block_;
       const int max_k = static_cast<int>(std::min<std::size_t>(block, room > 0 ? room - 1 : 0));
       decoding.push_back(&s);
-      candidates.push_back({s.request->id, max_k, drafter_ ? drafter_->pending(s.slot) : 0});
+      candidates.push_back({s.request->id, max_k, drafter_ ? drafter_->pending(s.slot) : 0, room});
     }
     std::vector<int> k(candidates.size(), 0);
     if (speculation_) {
       if (!candidates.empty()) speculation_->acceptance().age();
-      k = speculation_->choose(candidates, prefill_rows);
+      // Draining: nobody waits for a slot, so the group ends with its last request.
+      const bool draining = next_request_ >= requests_.size() && prefills_.empty();
+      k = speculation_->choose(candidates, prefill_rows, draining);
     } else if (drafter_) {
       for (std::size_t i = 0; i < k.size(); ++i) k[i] = candidates[i].max_k;
     }

@@ -130,13 +130,15 @@ Speculation::Speculation(int block, SpeculationOptions options)
 }
 
 std::vector<int> Speculation::choose(std::span<const SpeculationCandidate> candidates,
-                                     std::size_t other_rows) const {
+                                     std::size_t other_rows, bool draining) const {
   std::vector<int> k(candidates.size(), 0);
   if (options_.forced) {
     k = options_.forced(candidates);
     k.resize(candidates.size(), 0);
   } else if (!options_.adaptive || cost_.empty()) {
     std::fill(k.begin(), k.end(), options_.fixed_k < 0 ? block_ : options_.fixed_k);
+  } else if (draining && other_rows == 0) {
+    k = by_critical_path(candidates);
   } else {
     k = by_goodput(candidates, other_rows);
   }
@@ -162,16 +164,9 @@ std::vector<int> Speculation::by_goodput(std::span<const SpeculationCandidate> c
   }
   std::stable_sort(gains.begin(), gains.end(),
                    [](const Gain& a, const Gain& b) { return a.tokens > b.tokens; });
-  const std::size_t base_rows = other_rows + candidates.size();
-  const double prompt_seconds = other_rows > 0 ? cost_.target_seconds(other_rows) : 0.0;
-  // The time the decode rows (and R extra ones) add to the step.
-  auto decode_seconds = [&](std::size_t extra, std::size_t drafted, std::size_t projected) {
-    return std::max(0.0, cost_.target_seconds(base_rows + extra) - prompt_seconds) +
-           cost_.draft_seconds(drafted) + cost_.projection_seconds(projected) +
-           cost_.overhead_seconds();
-  };
-  double tokens = static_cast<double>(candidates.size());
-  const double plain_seconds = decode_seconds(0, 0, 0);
+  const std::size_t n = candidates.size();
+  double tokens = static_cast<double>(n);
+  const double plain_seconds = decode_seconds(other_rows, n, 0, 0, 0);
   const double plain = plain_seconds > 0 ? tokens / plain_seconds : 0.0;
   std::vector<char> drafting(candidates.size(), 0);
   std::size_t drafted_requests = 0, projected = 0;
@@ -184,7 +179,7 @@ std::vector<int> Speculation::by_goodput(std::span<const SpeculationCandidate> c
       ++drafted_requests;
       projected += candidates[gains[r].request].pending;
     }
-    const double seconds = decode_seconds(r + 1, drafted_requests, projected);
+    const double seconds = decode_seconds(other_rows, n, r + 1, drafted_requests, projected);
     if (seconds > 0 && tokens / seconds > best) {
       best = tokens / seconds;
       best_rows = r + 1;
@@ -192,6 +187,66 @@ std::vector<int> Speculation::by_goodput(std::span<const SpeculationCandidate> c
   }
   std::vector<int> k(candidates.size(), 0);
   for (std::size_t r = 0; r < best_rows; ++r) ++k[gains[r].request];
+  return k;
+}
+
+double Speculation::decode_seconds(std::size_t other_rows, std::size_t decoding,
+                                   std::size_t extra, std::size_t drafted,
+                                   std::size_t projected) const {
+  const double prompt_seconds = other_rows > 0 ? cost_.target_seconds(other_rows) : 0.0;
+  return std::max(0.0, cost_.target_seconds(other_rows + decoding + extra) - prompt_seconds) +
+         cost_.draft_seconds(drafted) + cost_.projection_seconds(projected) +
+         cost_.overhead_seconds();
+}
+
+std::vector<int> Speculation::by_critical_path(
+    std::span<const SpeculationCandidate> candidates) const {
+  const std::size_t n = candidates.size();
+  std::vector<int> k(n, 0);
+  if (n == 0) return k;
+  std::size_t longest = 0;
+  for (const SpeculationCandidate& c : candidates) longest = std::max(longest, c.room);
+  // reach[i][j]: P(request i's drafts 1..j all right); reach[i][0] = 1.
+  std::vector<std::vector<double>> reach(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    reach[i].assign(1, 1.0);
+    for (int j = 1; j <= candidates[i].max_k; ++j)
+      reach[i].push_back(reach[i].back() *
+                         acceptance_.accept_probability(candidates[i].request, j));
+  }
+  // How many drafts request i needs for the path to shorten by 1 + m (<= 0: none).
+  auto needed = [&](std::size_t i, int m) {
+    return static_cast<long long>(candidates[i].room) - static_cast<long long>(longest) + m;
+  };
+  const double plain_seconds = decode_seconds(0, n, 0, 0, 0);
+  double best = plain_seconds > 0 ? (1.0 + kMinGain) / plain_seconds : 0.0;
+  std::vector<int> level(n, 0);
+  for (int top = 1; top <= block_; ++top) {
+    std::size_t extra = 0, drafted = 0, projected = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      level[i] = static_cast<int>(std::clamp<long long>(needed(i, top), 0, candidates[i].max_k));
+      extra += static_cast<std::size_t>(level[i]);
+      if (level[i] > 0) {
+        ++drafted;
+        projected += candidates[i].pending;
+      }
+    }
+    double progress = 1.0;
+    for (int m = 1; m <= top; ++m) {
+      double all_right = 1.0;
+      for (std::size_t i = 0; i < n && all_right > 0; ++i) {
+        const long long j = needed(i, m);
+        if (j <= 0) continue;
+        all_right *= j <= level[i] ? reach[i][static_cast<std::size_t>(j)] : 0.0;
+      }
+      progress += all_right;
+    }
+    const double seconds = decode_seconds(0, n, extra, drafted, projected);
+    if (seconds > 0 && progress / seconds > best) {
+      best = progress / seconds;
+      k = level;
+    }
+  }
   return k;
 }
 

@@ -171,6 +171,56 @@ TEST(Speculation, ARequestWhoseAcceptanceCollapsesDropsItsDraftLength) {
   EXPECT_LT(after[1], before[1]);
 }
 
+// Requests with their rooms (tokens each may still generate), block 7.
+std::vector<SpeculationCandidate> with_rooms(std::vector<std::size_t> rooms) {
+  std::vector<SpeculationCandidate> c;
+  for (std::size_t i = 0; i < rooms.size(); ++i)
+    c.push_back({static_cast<std::uint64_t>(i), 7, 0, rooms[i]});
+  return c;
+}
+
+TEST(Speculation, ADrainingGroupInLockstepDraftsOnlyWhenEveryRequestWouldAdvance) {
+  Speculation s(7, {});
+  cost(s, 0.030, 0.0005, 0.010);
+  // Each request's first draft right half the time, the later ones always.
+  for (int id = 0; id < 10; ++id) {
+    observe(s.acceptance(), static_cast<std::uint64_t>(id), 25, 7);
+    observe(s.acceptance(), static_cast<std::uint64_t>(id), 25, 0);
+  }
+  const auto lockstep = with_rooms(std::vector<std::size_t>(10, 40));
+  // With a queue behind them every right draft is a token the queue gets sooner.
+  for (int k : s.choose(lockstep, 0, false)) EXPECT_GT(k, 0);
+  // Draining, the group ends with its last request: ten in lockstep all advance only with
+  // probability 0.5^10, which no drafter call is worth.
+  for (int k : s.choose(lockstep, 0, true)) EXPECT_EQ(k, 0);
+}
+
+TEST(Speculation, ADrainingGroupDraftsForTheRequestThatWouldFinishLast) {
+  Speculation s(7, {});
+  cost(s, 0.030, 0.0005, 0.002);
+  for (int id = 0; id < 4; ++id) observe(s.acceptance(), static_cast<std::uint64_t>(id), 50, 7);
+  // Request 0 has 30 tokens to go, the others 20 at most: only its drafts shorten the run, and
+  // it needs 10 more tokens than the next before theirs would matter.
+  const auto k = s.choose(with_rooms({30, 20, 12, 20}), 0, true);
+  EXPECT_EQ(k[0], 7);
+  EXPECT_EQ(k[1], 0);
+  EXPECT_EQ(k[2], 0);
+  EXPECT_EQ(k[3], 0);
+  // Two tokens apart, both must advance for the run to gain more than two.
+  const auto close = s.choose(with_rooms({30, 28}), 0, true);
+  EXPECT_EQ(close[0], 7);
+  EXPECT_EQ(close[1], 5);
+}
+
+TEST(Speculation, ARequestAloneDrainsAsGoodputWouldChoose) {
+  Speculation s(7, {});
+  cost(s, 0.030, 0.002, 0.004);
+  observe(s.acceptance(), 0, 50, 3);
+  const auto alone = with_rooms({100});
+  EXPECT_EQ(s.choose(alone, 0, true), s.choose(alone, 0, false));
+  EXPECT_GT(s.choose(alone, 0, true)[0], 0);
+}
+
 TEST(Speculation, FixedAndForcedLengthsAreClampedToWhatEachRequestCanUse) {
   SpeculationOptions fixed;
   fixed.adaptive = false;
