@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -602,10 +603,18 @@ TEST(Vocabulary, GgufAndTiktokenFilesGiveTheSameIds) {
   }
 }
 
-// The whole model as one rank loads it: what every layout's slices must rebuild.
+// The whole model as one rank loads it: what every layout's slices must rebuild. Each
+// tensor's values are materialized once for all layouts (under the sanitizers a fresh buffer's
+// page faults are most of the cost).
 struct WholeModel {
   Checkpoint ck;
   LoadResult whole;
+  mutable std::map<std::string, std::vector<float>> values;  // by key, as first compared
+  const std::vector<float>& values_of(const std::string& key, const Weight& w) const {
+    auto it = values.find(key);
+    if (it == values.end()) it = values.emplace(key, w.floats()).first;
+    return it->second;
+  }
 };
 WholeModel load_whole(FormatKind kind) {
   Checkpoint ck = Checkpoint::open(checkpoint_dir(kind));
@@ -676,7 +685,7 @@ void check_reconstruction(const WholeModel& model, FormatKind kind, const dist::
     const Weight& src =
         key == name ? full
                     : (key.back() == 'b' && key[key.size() - 3] == 'k' ? *full.k_b : *full.v_b);
-    const auto expected = src.floats();
+    const std::vector<float>& expected = model.values_of(key, src);
     ASSERT_EQ(values.size(), expected.size()) << key;
     const auto& cov = covered[key];
     // Replicated parameters are held by every rank; split ones by exactly one.
