@@ -156,11 +156,8 @@ std::vector<int> Speculation::by_goodput(std::span<const SpeculationCandidate> c
   };
   std::vector<Gain> gains;
   for (std::size_t i = 0; i < candidates.size(); ++i) {
-    double reach = 1.0;
-    for (int j = 1; j <= candidates[i].max_k; ++j) {
-      reach *= acceptance_.accept_probability(candidates[i].request, j);
-      gains.push_back({reach, i});
-    }
+    const std::vector<double> r = reach(candidates[i]);
+    for (std::size_t j = 1; j < r.size(); ++j) gains.push_back({r[j], i});
   }
   std::stable_sort(gains.begin(), gains.end(),
                    [](const Gain& a, const Gain& b) { return a.tokens > b.tokens; });
@@ -190,9 +187,15 @@ std::vector<int> Speculation::by_goodput(std::span<const SpeculationCandidate> c
   return k;
 }
 
-double Speculation::decode_seconds(std::size_t other_rows, std::size_t decoding,
-                                   std::size_t extra, std::size_t drafted,
-                                   std::size_t projected) const {
+std::vector<double> Speculation::reach(const SpeculationCandidate& candidate) const {
+  std::vector<double> r(1, 1.0);
+  for (int j = 1; j <= candidate.max_k; ++j)
+    r.push_back(r.back() * acceptance_.accept_probability(candidate.request, j));
+  return r;
+}
+
+double Speculation::decode_seconds(std::size_t other_rows, std::size_t decoding, std::size_t extra,
+                                   std::size_t drafted, std::size_t projected) const {
   const double prompt_seconds = other_rows > 0 ? cost_.target_seconds(other_rows) : 0.0;
   return std::max(0.0, cost_.target_seconds(other_rows + decoding + extra) - prompt_seconds) +
          cost_.draft_seconds(drafted) + cost_.projection_seconds(projected) +
@@ -206,14 +209,8 @@ std::vector<int> Speculation::by_critical_path(
   if (n == 0) return k;
   std::size_t longest = 0;
   for (const SpeculationCandidate& c : candidates) longest = std::max(longest, c.room);
-  // reach[i][j]: P(request i's drafts 1..j all right); reach[i][0] = 1.
-  std::vector<std::vector<double>> reach(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    reach[i].assign(1, 1.0);
-    for (int j = 1; j <= candidates[i].max_k; ++j)
-      reach[i].push_back(reach[i].back() *
-                         acceptance_.accept_probability(candidates[i].request, j));
-  }
+  std::vector<std::vector<double>> reaches(n);
+  for (std::size_t i = 0; i < n; ++i) reaches[i] = reach(candidates[i]);
   // How many drafts request i needs for the path to shorten by 1 + m (<= 0: none).
   auto needed = [&](std::size_t i, int m) {
     return static_cast<long long>(candidates[i].room) - static_cast<long long>(longest) + m;
@@ -237,7 +234,7 @@ std::vector<int> Speculation::by_critical_path(
       for (std::size_t i = 0; i < n && all_right > 0; ++i) {
         const long long j = needed(i, m);
         if (j <= 0) continue;
-        all_right *= j <= level[i] ? reach[i][static_cast<std::size_t>(j)] : 0.0;
+        all_right *= j <= level[i] ? reaches[i][static_cast<std::size_t>(j)] : 0.0;
       }
       progress += all_right;
     }

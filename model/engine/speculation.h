@@ -181,6 +181,8 @@ class Speculation {
   std::vector<int> by_goodput(std::span<const SpeculationCandidate> candidates,
                               std::size_t other_rows) const;
   std::vector<int> by_critical_path(std::span<const SpeculationCandidate> candidates) const;
+  // [j]: P(the candidate's drafts 1..j all right), j in 0..max_k ([0] = 1).
+  std::vector<double> reach(const SpeculationCandidate& candidate) const;
   // The time the step's decode rows add (beside `other_rows` prompt rows): `decoding` rows and
   // `extra` verify rows, the drafter's call for `drafted` requests after projecting
   // `projected` context rows, and the fixed overhead.

@@ -61,10 +61,11 @@ TEST(Score, SglangRawResultRowsAreCheckedAgainstTheirPrompt) {
       {"prompt_id", 1}, {"prompt", set.text(0)}, {"output", " #### 3"}, {"correct", true}};
   const fs::path p =
       test::write_file(test::scratch_dir() / "raw.jsonl", r0.dump() + "\n" + r1.dump());
-  EXPECT_EQ(test::error_of([&] { score_completions(test::gsm8k_test_set(), p, Extractor::kSglang); }),
-            p.string() +
-                ":2: \"prompt\" does not end with question 1 of the data (\"Question: "
-                "...\\nAnswer:\"); the completions were made from other data");
+  EXPECT_EQ(
+      test::error_of([&] { score_completions(test::gsm8k_test_set(), p, Extractor::kSglang); }),
+      p.string() +
+          ":2: \"prompt\" does not end with question 1 of the data (\"Question: "
+          "...\\nAnswer:\"); the completions were made from other data");
   r1["prompt"] = set.text(1);
   test::write_file(p, r0.dump() + "\n" + r1.dump());
   const ScoreReport report = score_completions(test::gsm8k_test_set(), p, Extractor::kSglang);
