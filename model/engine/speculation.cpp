@@ -85,18 +85,33 @@ double StepCostModel::Curve::at(std::size_t x) const {
   return measured_.empty() ? base : base * interpolate(measured_, x, false);
 }
 
+double StepCostModel::Curve::shape_at(std::size_t x) const {
+  return shape_.empty() ? 1.0 : interpolate(shape_, x, true);
+}
+
 void StepCostModel::Curve::calibrate(std::size_t x, double seconds) {
+  // Measurements are kept as ratios to the shape, and what was measured, in seconds, stays what
+  // it was when a new point reshapes the curve: a calibration for a larger batch moves the
+  // extrapolation beyond the old last point several times over (a 512-row prefill measured at
+  // 1.0 s once read as 3.1 s).
+  std::vector<double> measured_seconds;
+  for (const auto& [at, ratio] : measured_) measured_seconds.push_back(ratio * shape_at(at));
   auto [it, inserted] = shape_.emplace(x, seconds);
   if (!inserted) it->second = std::min(it->second, seconds);
   // Non-decreasing: a step never gets faster with more rows; a point below one before it was
   // measured in a quieter moment.
   double floor = 0;
   for (auto& [rows, s] : shape_) floor = s = std::max(s, floor);
+  auto kept = measured_seconds.begin();
+  for (auto& [at, ratio] : measured_) {
+    const double now = shape_at(at), was = *kept++;
+    if (now > 0) ratio = was / now;
+  }
 }
 
 void StepCostModel::Curve::observe(std::size_t x, double seconds) {
   if (x == 0) return;
-  const double base = shape_.empty() ? 1.0 : interpolate(shape_, x, true);
+  const double base = shape_at(x);
   if (base <= 0) return;
   const double value = seconds / base;
   auto [it, inserted] = measured_.emplace(x, value);

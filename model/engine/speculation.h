@@ -125,6 +125,7 @@ class StepCostModel {
     std::size_t calibrated_up_to() const { return shape_.empty() ? 0 : shape_.rbegin()->first; }
 
    private:
+    double shape_at(std::size_t x) const;     // 1 without a shape: measured_ is in seconds
     std::map<std::size_t, double> shape_;     // calibrated seconds, non-decreasing in x
     std::map<std::size_t, double> measured_;  // measured / shape (seconds without a shape)
   };

@@ -98,6 +98,25 @@ TEST(StepCostModel, AMeasurementScalesTheCalibratedCurveAroundIt) {
   EXPECT_GT(m.target_seconds(17), m.target_seconds(16));
 }
 
+TEST(StepCostModel, AMeasuredStepKeepsItsTimeWhenALaterCalibrationReshapesTheCurve) {
+  StepCostModel m;
+  // The warm-up calibrates a few rows; a 512-row prefill step is measured far beyond them.
+  for (std::size_t rows : {1, 2, 4, 8}) m.calibrate_target(rows, 0.01 + 0.001 * rows);
+  m.observe_target(512, 0.6);
+  EXPECT_DOUBLE_EQ(m.target_seconds(512), 0.6);
+  // The job's batch then calibrates larger steps, with a steeper slope than 4 to 8 rows showed:
+  // the step measured at 512 rows still took 0.6 s.
+  for (std::size_t rows : {16, 32, 64, 128}) m.calibrate_target(rows, 0.002 * rows);
+  EXPECT_NEAR(m.target_seconds(512), 0.6, 1e-12);
+  // Without a shape, measurements are seconds; a first calibration keeps them too.
+  StepCostModel online;
+  online.observe_target(10, 0.05);
+  online.calibrate_target(10, 0.02);
+  online.calibrate_target(20, 0.04);
+  EXPECT_NEAR(online.target_seconds(10), 0.05, 1e-12);
+  EXPECT_NEAR(online.target_seconds(20), 0.10, 1e-12);  // scaled as the measurement beside it
+}
+
 TEST(StepCostModel, TheCalibratedCurveNeverFallsWithMoreRows) {
   StepCostModel m;
   m.calibrate_target(8, 2.0);
