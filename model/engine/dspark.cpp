@@ -265,6 +265,27 @@ struct Drafter::Impl {
     }
   }
 
+  // c_t = hidden_norm(fc [taps]) of n rows, on every rank of the attention-TP group. fc reads
+  // every tap and is the projection's largest product, while each rank keeps only its heads'
+  // keys: the group shares the rows out (row t to rank t mod size) and gathers the features,
+  // instead of each rank repeating the whole product. Rows do not depend on the batch, so the
+  // bits are those of one rank projecting them all.
+  Rows features(std::span<const float> taps, std::size_t n) const {
+    const TokenShares shares(groups.attn_tp(), n);
+    const std::size_t width = fc.cols(), m = shares.mine().size();
+    Rows mine(m * hidden);
+    if (m == n) {
+      fc.apply(taps, n, mine);
+    } else if (m > 0) {
+      Rows rows(m * width);
+      for (std::size_t i = 0; i < m; ++i)
+        std::copy_n(&taps[shares.mine()[i] * width], width, &rows[i * width]);
+      fc.apply(rows, m, mine);
+    }
+    rms_norm(mine.data(), m, hidden, hidden_norm, c.rms_norm_eps, mine.data());
+    return shares.assemble(std::move(mine), hidden);
+  }
+
   // Equation 1: c_t = hidden_norm(fc [taps]); each layer's keys and values of c_t join the
   // context. `taps` holds owner o's owner_rows[o] rows, owner after owner. Rows are projected
   // independently (the kernels' rows do not depend on the batch), so projecting them together
@@ -275,9 +296,8 @@ struct Drafter::Impl {
     std::vector<std::size_t> position(n);
     for (std::size_t o = 0, r = 0; o < owners.size(); ++o)
       for (std::size_t j = 0; j < owner_rows[o]; ++j) position[r++] = owners[o]->context + j;
-    Rows feature(n * hidden), k, v;
-    fc.apply(taps, n, feature);
-    rms_norm(feature.data(), n, hidden, hidden_norm, c.rms_norm_eps, feature.data());
+    const Rows feature = features(taps, n);
+    Rows k, v;
     SharedInput in(feature, n);  // every layer reads the same features
     const std::size_t width = kv_heads * head_dim;
     for (std::size_t l = 0; l < layers.size(); ++l) {
