@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <string>
 #include <unordered_map>
 
@@ -88,10 +89,21 @@ struct DraftLayer {
   ParallelMlp mlp;      // over attention TP
 };
 
-struct DraftSlot {
-  // Per layer: the context's keys (k_norm, RoPE) and values, [position][local kv heads][dim].
+// The keys and values of a context's first `size` positions, per layer [position][local kv
+// heads][dim], read by every slot that starts with them and written by none: a prefix snapshot's
+// context is shared by each request that reuses the prefix instead of copied into it.
+struct SharedContext {
   std::vector<std::vector<float>> keys, values;
-  std::size_t context = 0;  // tokens projected into keys and values
+  std::size_t size = 0;
+};
+
+struct DraftSlot {
+  // Positions [0, shared size) are read from `shared`; the slot's own keys (k_norm, RoPE) and
+  // values follow, per layer [position - shared size][local kv heads][dim].
+  std::shared_ptr<const SharedContext> shared;
+  std::vector<std::vector<float>> keys, values;
+  std::size_t context = 0;  // tokens projected, shared and own
+  std::size_t shared_size() const { return shared ? shared->size : 0; }
   // Taps of committed tokens not projected yet [pending][taps x hidden]: projected together
   // before the slot's next draft, or once kMaxPendingRows wait. A request that verifies no
   // drafts for a while (the speculation policy's K = 0) then costs its drafter nothing per
@@ -191,11 +203,45 @@ struct Drafter::Impl {
 
   void reset(int s) {
     DraftSlot& ds = slot(s);
+    ds.shared.reset();
     ds.keys.assign(layers.size(), {});
     ds.values.assign(layers.size(), {});
     ds.context = 0;
     ds.pending_taps.clear();
     ds.pending = 0;
+  }
+
+  // Slot `to` starts with slot `from`'s context, sharing its projected keys and values.
+  void copy(int from, int to) {
+    DraftSlot& src = slot(from);
+    DraftSlot& dst = slot(to);
+    if (&src == &dst) return;
+    if (src.context > src.shared_size()) share(src);
+    dst.shared = src.shared;
+    dst.keys.assign(layers.size(), {});
+    dst.values.assign(layers.size(), {});
+    dst.context = src.context;
+    dst.pending_taps = src.pending_taps;
+    dst.pending = src.pending;
+  }
+
+  // The slot's whole projected context becomes one shared block (its own keys move into it).
+  void share(DraftSlot& ds) const {
+    auto block = std::make_shared<SharedContext>();
+    block->keys.resize(layers.size());
+    block->values.resize(layers.size());
+    auto move_into = [](std::vector<float>& to, const std::vector<float>* shared,
+                        std::vector<float>& own) {
+      if (shared) to = *shared;
+      to.insert(to.end(), own.begin(), own.end());
+      std::vector<float>().swap(own);
+    };
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      move_into(block->keys[l], ds.shared ? &ds.shared->keys[l] : nullptr, ds.keys[l]);
+      move_into(block->values[l], ds.shared ? &ds.shared->values[l] : nullptr, ds.values[l]);
+    }
+    block->size = ds.context;
+    ds.shared = std::move(block);
   }
 
   // Keys (k_norm, then RoPE at position(r) for row r) and values of the n rows `in` holds.
@@ -326,14 +372,21 @@ struct Drafter::Impl {
     oneapi::tbb::parallel_for(std::size_t{0}, batch.size() * kv_heads, [&](std::size_t job) {
       const std::size_t i = job / kv_heads, kvh = job % kv_heads;
       const DraftSlot& ds = slots[static_cast<std::size_t>(batch[i].slot)];
-      const std::size_t P = ds.context, keys = P + G, rows = group * G;
-      // Key j < P is context position j, then the block's rows: the keys transposed ([D][keys],
-      // so that a score row is one product over keys as lanes), the values as they are.
+      const std::size_t S = ds.shared_size(), P = ds.context, keys = P + G, rows = group * G;
+      // Key j < P is context position j (shared below S, the slot's own from S), then the
+      // block's rows: the keys transposed ([D][keys], so that a score row is one product over
+      // keys as lanes), the values as they are.
       Rows kt(D * keys), v(keys * D), qs(rows * D), score(rows * keys);
       for (std::size_t j = 0; j < keys; ++j) {
-        const std::size_t from = (j < P ? j : i * G + j - P) * KW + kvh * D;
-        const float* key = (j < P ? ds.keys[l].data() : kb.data()) + from;
-        const float* value = (j < P ? ds.values[l].data() : vb.data()) + from;
+        const float *key = kb.data(), *value = vb.data();
+        std::size_t at = i * G + j - P;
+        if (j < S) {
+          key = ds.shared->keys[l].data(), value = ds.shared->values[l].data(), at = j;
+        } else if (j < P) {
+          key = ds.keys[l].data(), value = ds.values[l].data(), at = j - S;
+        }
+        key += at * KW + kvh * D;
+        value += at * KW + kvh * D;
         for (std::size_t e = 0; e < D; ++e) {
           kt[e * keys + j] = key[e];
           v[j * D + e] = value[e];
@@ -512,13 +565,17 @@ bool Drafter::tap_attn_res() const { return impl_->d.tap_attn_res; }
 std::size_t Drafter::tap_width() const { return impl_->fc.cols(); }
 
 void Drafter::reset_slot(int slot) { impl_->reset(slot); }
-void Drafter::copy_slot(int from, int to) { impl_->slot(to) = impl_->slot(from); }
+void Drafter::copy_slot(int from, int to) { impl_->copy(from, to); }
 std::size_t Drafter::context(int slot) const {
   const DraftSlot& ds = impl_->slots.at(static_cast<std::size_t>(slot));
   return ds.context + ds.pending;
 }
-std::span<const float> Drafter::context_keys(int slot, int layer) const {
-  return impl_->slots.at(static_cast<std::size_t>(slot)).keys.at(static_cast<std::size_t>(layer));
+std::vector<float> Drafter::context_keys(int slot, int layer) const {
+  const DraftSlot& ds = impl_->slots.at(static_cast<std::size_t>(slot));
+  const auto l = static_cast<std::size_t>(layer);
+  std::vector<float> keys = ds.shared ? ds.shared->keys.at(l) : std::vector<float>{};
+  keys.insert(keys.end(), ds.keys.at(l).begin(), ds.keys.at(l).end());
+  return keys;
 }
 std::size_t Drafter::pending(int slot) const {
   return impl_->slots.at(static_cast<std::size_t>(slot)).pending;

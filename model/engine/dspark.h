@@ -73,7 +73,7 @@ class Drafter : public DraftSource {
   std::size_t context(int slot) const;  // committed tokens whose features the slot holds
   std::size_t pending(int slot) const override;
   // The projected context's keys of `layer` [context][local kv heads][dim] (tests).
-  std::span<const float> context_keys(int slot, int layer) const;
+  std::vector<float> context_keys(int slot, int layer) const;
 
   // Appends the features of `rows` committed tokens of `slot` from their taps [rows, taps x
   // hidden] (StepResult::taps), projected into the layers' keys and values before the slot's

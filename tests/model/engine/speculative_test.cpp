@@ -6,10 +6,10 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <span>
 #include <map>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 
 #include "dist/groups.h"
@@ -365,6 +365,54 @@ TEST(DSparkContext, BatchedProjectionProposesWhatRowByRowDoes) {
       EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
           << "slot " << s << " layer " << l;
     }
+  }
+}
+
+// A request that reuses a prefix snapshot shares the snapshot's projected context instead of
+// copying it: each copy, and the slot it was copied from, then goes on as if it had projected
+// everything itself, bit for bit.
+TEST(DSparkContext, ACopiedSlotDraftsAsOneThatProjectedItsWholeContext) {
+  const auto& target = slice(FormatKind::kHf);
+  const auto& draft = slice(FormatKind::kDraft);
+  const model::ModelConfig& dc = draft.checkpoint->config();
+  EngineOptions o;
+  o.slots = 4;
+  model::engine::tap_for_drafter(*dc.dspark, o);
+  Engine engine(target.checkpoint->config(), target.loaded.weights, one_rank().groups, o);
+  const auto options = model::engine::drafter_options(*dc.dspark, o);
+  model::engine::Drafter shared(dc, draft.loaded.weights, engine, one_rank().groups, options);
+  model::engine::Drafter alone(dc, draft.loaded.weights, engine, one_rank().groups, options);
+  const std::size_t width = shared.tap_width();
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::map<char, std::vector<float>> rows;
+  for (auto [name, n] : {std::pair{'P', 100}, {'A', 30}, {'B', 80}, {'C', 7}, {'D', 5}, {'E', 3}}) {
+    rows[name].resize(static_cast<std::size_t>(n) * width);
+    for (float& x : rows[name]) x = value(rng);
+  }
+  auto extend = [&](model::engine::Drafter& d, int slot, char name) {
+    d.extend(slot, rows[name], rows[name].size() / width);
+  };
+  extend(shared, 0, 'P');  // the prefix snapshot: a chunk of 100, projected at once
+  shared.copy_slot(0, 1);
+  extend(shared, 1, 'A');  // 30 rows wait unprojected ...
+  shared.copy_slot(1, 2);  // ... and are copied with the slot
+  extend(shared, 2, 'B');  // 110 wait in slot 2: every slot's rows are projected
+  extend(shared, 0, 'C');  // the snapshot goes on
+  shared.copy_slot(1, 3);  // slot 1's own rows join the shared context
+  extend(shared, 3, 'D');
+  extend(shared, 1, 'E');
+  for (const auto& [slot, names] :
+       std::vector<std::pair<int, std::string>>{{0, "PC"}, {1, "PAE"}, {2, "PAB"}, {3, "PAD"}}) {
+    for (char name : names) extend(alone, slot, name);
+  }
+  const std::vector<DraftRequest> all = {{0, 11, {}}, {1, 12, {}}, {2, 13, {}}, {3, 14, {}}};
+  EXPECT_EQ(shared.propose(all), alone.propose(all));
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_EQ(shared.context(s), alone.context(s));
+    for (int l = 0; l < dc.num_hidden_layers; ++l)
+      EXPECT_EQ(shared.context_keys(s, l), alone.context_keys(s, l))
+          << "slot " << s << ", layer " << l;
   }
 }
 
