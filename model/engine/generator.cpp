@@ -155,7 +155,10 @@ class GenerationRun {
   // context projections; each the faster of two (verify steps above `running` rows, dear and
   // steady, once), averaged over the world so that every rank of a DP group knows the same
   // times. Few points, as each costs a step: between them the curve interpolates, and real
-  // steps scale it.
+  // steps scale it. The larger steps stop once doubling the rows costs nearly double (at least
+  // 2 / (1 + kMinGain) times): the step is compute-bound there, each further row costs what the
+  // last ones did, and the slope that extends the curve beyond its last point says just that.
+  // A deep model's batch-16 calibration then skips its 64- and 128-row steps.
   void calibrate() {
     const auto block = static_cast<std::size_t>(speculation_->block());
     // Every rank calibrates the same steps: the largest batch over the DP groups.
@@ -186,22 +189,23 @@ class GenerationRun {
     const int vocab = engine_.config().vocab_size;
     const std::size_t at_draft = rows.size(), at_projection = at_draft + requests.size();
     std::vector<double> seconds(at_projection + projected.size(), 1e30);
+    auto verify_step = [&](std::size_t n) {
+      std::vector<std::int32_t> tokens(n);
+      for (std::size_t t = 0; t < tokens.size(); ++t)
+        tokens[t] = static_cast<std::int32_t>((t * 7 + 1) % static_cast<std::size_t>(vocab));
+      StepSequence sequence;
+      sequence.tokens = tokens;
+      sequence.output = StepSequence::Output::kEveryToken;
+      sequence.speculative = true;
+      engine_.reset_slot(0);
+      const double t0 = now();
+      engine_.step(std::span<const StepSequence>(&sequence, 1));
+      return now() - t0;
+    };
+    const double ranks = groups_.world().size();
     for (int rep = 0; rep < 2; ++rep) {
-      for (std::size_t i = 0; i < rows.size(); ++i) {
-        // Steps above the batch's plain rows are compute-bound and steady: once is enough.
-        if (rep > 0 && rows[i] > running) continue;
-        std::vector<std::int32_t> tokens(rows[i]);
-        for (std::size_t t = 0; t < tokens.size(); ++t)
-          tokens[t] = static_cast<std::int32_t>((t * 7 + 1) % static_cast<std::size_t>(vocab));
-        StepSequence sequence;
-        sequence.tokens = tokens;
-        sequence.output = StepSequence::Output::kEveryToken;
-        sequence.speculative = true;
-        engine_.reset_slot(0);
-        const double t0 = now();
-        engine_.step(std::span<const StepSequence>(&sequence, 1));
-        seconds[i] = std::min(seconds[i], now() - t0);
-      }
+      for (std::size_t i = 0; i < rows.size() && rows[i] <= running; ++i)
+        seconds[i] = std::min(seconds[i], verify_step(rows[i]));
       for (std::size_t i = 0; i < requests.size(); ++i) {
         std::vector<DraftRequest> batch(requests[i]);
         for (std::size_t r = 0; r < batch.size(); ++r) {
@@ -225,7 +229,21 @@ class GenerationRun {
       }
     }
     dist::allreduce(groups_.world(), std::span<double>(seconds), dist::ReduceOp::kSum);
-    const double ranks = groups_.world().size();
+    // Steps above the batch's plain rows are compute-bound and steady: once each, ascending,
+    // every rank agreeing on each before the next.
+    std::size_t measured = 0;
+    while (measured < rows.size() && rows[measured] <= running) ++measured;
+    for (; measured < rows.size(); ++measured) {
+      std::array<double, 1> t = {verify_step(rows[measured])};
+      dist::allreduce(groups_.world(), std::span<double>(t), dist::ReduceOp::kSum);
+      seconds[measured] = t[0];
+      if (measured > 0 && StepCostModel::compute_bound(rows[measured - 1], seconds[measured - 1],
+                                                        rows[measured], seconds[measured])) {
+        ++measured;
+        break;
+      }
+    }
+    rows.resize(measured);
     StepCostModel& cost = speculation_->cost();
     for (std::size_t i = 0; i < rows.size(); ++i) cost.calibrate_target(rows[i], seconds[i] / ranks);
     for (std::size_t i = 0; i < requests.size(); ++i)

@@ -118,6 +118,12 @@ void StepCostModel::Curve::observe(std::size_t x, double seconds) {
   if (!inserted) it->second += kSmoothing * (value - it->second);
 }
 
+bool StepCostModel::compute_bound(std::size_t rows_a, double seconds_a, std::size_t rows_b,
+                                  double seconds_b) {
+  const double more_rows = static_cast<double>(rows_b) / static_cast<double>(rows_a);
+  return seconds_b * (1.0 + Speculation::kMinGain) >= seconds_a * more_rows;
+}
+
 void StepCostModel::observe_overhead(double seconds) {
   seconds = std::max(0.0, seconds);
   overhead_ = overhead_seen_ ? overhead_ + kSmoothing * (seconds - overhead_) : seconds;

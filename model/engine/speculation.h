@@ -112,6 +112,11 @@ class StepCostModel {
   void observe_draft(std::size_t requests, double seconds) { draft_.observe(requests, seconds); }
   void observe_overhead(double seconds);
   bool empty() const { return target_.empty(); }
+  // Whether steps of rows_b > rows_a rows cost nearly their full share (seconds_b at least
+  // rows_b / rows_a / (1 + Speculation::kMinGain) times seconds_a): compute-bound, so larger
+  // steps follow the slope and need no calibration of their own.
+  static bool compute_bound(std::size_t rows_a, double seconds_a, std::size_t rows_b,
+                            double seconds_b);
   // The largest drafter batch calibrated (0: none).
   std::size_t calibrated_requests() const { return draft_.calibrated_up_to(); }
 
@@ -176,9 +181,10 @@ class Speculation {
   const StepCostModel& cost() const { return cost_; }
   AcceptanceStats& acceptance() { return acceptance_; }
 
- private:
   // A draft length must promise this much more goodput than plain decoding.
   static constexpr double kMinGain = 0.05;
+
+ private:
   std::vector<int> by_goodput(std::span<const SpeculationCandidate> candidates,
                               std::size_t other_rows) const;
   std::vector<int> by_critical_path(std::span<const SpeculationCandidate> candidates) const;

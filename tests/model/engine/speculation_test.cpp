@@ -117,6 +117,15 @@ TEST(StepCostModel, AMeasuredStepKeepsItsTimeWhenALaterCalibrationReshapesTheCur
   EXPECT_NEAR(online.target_seconds(20), 0.10, 1e-12);  // scaled as the measurement beside it
 }
 
+TEST(StepCostModel, StepsAreComputeBoundOnceDoublingTheRowsNearlyDoublesTheTime) {
+  EXPECT_FALSE(StepCostModel::compute_bound(16, 0.100, 32, 0.150));  // memory-bound: rows cheap
+  EXPECT_FALSE(StepCostModel::compute_bound(16, 0.100, 32, 0.185));
+  EXPECT_TRUE(StepCostModel::compute_bound(16, 0.100, 32, 0.191));  // 2 / 1.05 = 1.905
+  EXPECT_TRUE(StepCostModel::compute_bound(16, 0.100, 32, 0.206));  // the deep pair's batch 16
+  EXPECT_TRUE(StepCostModel::compute_bound(40, 0.100, 80, 0.250));
+  EXPECT_FALSE(StepCostModel::compute_bound(64, 0.100, 80, 0.110));  // 1.25x rows, 1.1x time
+}
+
 TEST(StepCostModel, TheCalibratedCurveNeverFallsWithMoreRows) {
   StepCostModel m;
   m.calibrate_target(8, 2.0);
