@@ -217,9 +217,8 @@ struct Drafter::Impl {
     DraftSlot& dst = slot(to);
     if (&src == &dst) return;
     if (src.context > src.shared_size()) share(src);
+    reset(to);
     dst.shared = src.shared;
-    dst.keys.assign(layers.size(), {});
-    dst.values.assign(layers.size(), {});
     dst.context = src.context;
     dst.pending_taps = src.pending_taps;
     dst.pending = src.pending;

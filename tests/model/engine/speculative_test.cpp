@@ -318,20 +318,38 @@ TEST_F(DSparkDraftLengths, AdaptiveKeepsThePlainTokensAndMeasuresTheHostOnce) {
   EXPECT_EQ(speculate(speculation, again), plain_);
 }
 
-// The drafter projects its context lazily and in batches across slots (a slot's backlog before
-// its next draft, every slot's once one of them holds 64 rows): its keys, bit for bit, and so
-// its proposals are those of projecting each row as it comes.
-TEST(DSparkContext, BatchedProjectionProposesWhatRowByRowDoes) {
+// The synthetic hf target and two drafters of the synthetic draft over `slots` slots on one rank:
+// two ways of building the same drafter context, compared.
+struct DrafterPair {
+  const model::ModelConfig& draft_config;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<model::engine::Drafter> first, second;
+};
+DrafterPair drafter_pair(int slots) {
   const auto& target = slice(FormatKind::kHf);
   const auto& draft = slice(FormatKind::kDraft);
   const model::ModelConfig& dc = draft.checkpoint->config();
   EngineOptions o;
-  o.slots = 3;
+  o.slots = slots;
   model::engine::tap_for_drafter(*dc.dspark, o);
-  Engine engine(target.checkpoint->config(), target.loaded.weights, one_rank().groups, o);
+  auto engine = std::make_unique<Engine>(target.checkpoint->config(), target.loaded.weights,
+                                         one_rank().groups, o);
   const auto options = model::engine::drafter_options(*dc.dspark, o);
-  model::engine::Drafter eager(dc, draft.loaded.weights, engine, one_rank().groups, options);
-  model::engine::Drafter batched(dc, draft.loaded.weights, engine, one_rank().groups, options);
+  auto drafter = [&] {
+    return std::make_unique<model::engine::Drafter>(dc, draft.loaded.weights, *engine,
+                                                    one_rank().groups, options);
+  };
+  auto first = drafter(), second = drafter();
+  return {dc, std::move(engine), std::move(first), std::move(second)};
+}
+
+// The drafter projects its context lazily and in batches across slots (a slot's backlog before
+// its next draft, every slot's once one of them holds 64 rows): its keys, bit for bit, and so
+// its proposals are those of projecting each row as it comes.
+TEST(DSparkContext, BatchedProjectionProposesWhatRowByRowDoes) {
+  const DrafterPair pair = drafter_pair(3);
+  const model::ModelConfig& dc = pair.draft_config;
+  model::engine::Drafter &eager = *pair.first, &batched = *pair.second;
   const std::size_t width = eager.tap_width();
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
@@ -372,16 +390,9 @@ TEST(DSparkContext, BatchedProjectionProposesWhatRowByRowDoes) {
 // copying it: each copy, and the slot it was copied from, then goes on as if it had projected
 // everything itself, bit for bit.
 TEST(DSparkContext, ACopiedSlotDraftsAsOneThatProjectedItsWholeContext) {
-  const auto& target = slice(FormatKind::kHf);
-  const auto& draft = slice(FormatKind::kDraft);
-  const model::ModelConfig& dc = draft.checkpoint->config();
-  EngineOptions o;
-  o.slots = 4;
-  model::engine::tap_for_drafter(*dc.dspark, o);
-  Engine engine(target.checkpoint->config(), target.loaded.weights, one_rank().groups, o);
-  const auto options = model::engine::drafter_options(*dc.dspark, o);
-  model::engine::Drafter shared(dc, draft.loaded.weights, engine, one_rank().groups, options);
-  model::engine::Drafter alone(dc, draft.loaded.weights, engine, one_rank().groups, options);
+  const DrafterPair pair = drafter_pair(4);
+  const model::ModelConfig& dc = pair.draft_config;
+  model::engine::Drafter &shared = *pair.first, &alone = *pair.second;
   const std::size_t width = shared.tap_width();
   std::mt19937 rng(9);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
