@@ -21,9 +21,12 @@
 // Layout invariance (1 against 8 and 64 ranks) is not run here: every layout reads the same
 // mutated weights, so no weight mutant can change it; it checks the engine's split arithmetic.
 //
-// A mutant no check catches fails the run and names itself. With --bisect, the smallest amount
-// each check catches is found for every mutant that takes an amount (docs/ENGINE.md, "Mutation
-// score").
+// A mutant no check catches fails the run and names itself. A target mutant's checks run cheapest
+// first (reference_exact, reference_int8, golden) and stop at the first that catches it, which is
+// all the verdict needs; --every-check runs each check on every mutant (which checks see which
+// mutant), and --bisect, which implies it, finds the smallest amount each check catches for every
+// mutant that takes an amount (docs/ENGINE.md, "Mutation score"). A draft mutant always goes
+// through both of its checks: its acceptance run also proves that speculation kept the tokens.
 #include <mpi.h>
 
 #include <algorithm>
@@ -68,12 +71,14 @@ struct RunOptions {
   std::vector<std::string> mutants;  // empty: every mutant of each format
   std::size_t questions = 20;  // the quickstart's
   std::size_t max_new_tokens = 64;
+  bool every_check = false;  // implied by bisect
   bool bisect = false;
   fs::path work;
   fs::path data;
 };
 
 constexpr double kExactBound = 1e-5;
+constexpr std::size_t kTargetChecks = 3;  // reference_exact, reference_int8, golden
 constexpr double kInt8Median = 0.01, kInt8Worst = 0.02;
 
 
@@ -101,7 +106,9 @@ struct Clean {
   std::vector<std::vector<std::vector<double>>> fresh_logits;
   std::vector<std::int32_t> prefix;
   std::vector<std::vector<std::int32_t>> prompts;
-  std::vector<std::vector<std::int32_t>> golden;
+  // Target formats: the clean engine's greedy tokens, decoded the first time the golden check
+  // runs. Draft: the clean draft's speculative tokens.
+  std::optional<std::vector<std::vector<std::int32_t>>> golden;
   std::size_t verify_rounds = 0, accepted_drafts = 0;  // draft
   std::vector<float> draft_keys;                       // draft
 };
@@ -113,7 +120,7 @@ class MutationRun {
   int run() {
     std::vector<std::string> uncaught;
     for (FormatKind format : o_.formats) {
-      const Clean& clean = prepare(format);
+      Clean& clean = prepare(format);
       for (const model::MutantInfo& info : model::mutant_catalog()) {
         if (std::find(info.formats.begin(), info.formats.end(), format) == info.formats.end())
           continue;
@@ -132,6 +139,8 @@ class MutationRun {
                   v.measured + ")";
           caught = caught || v.caught;
         }
+        if (format != FormatKind::kDraft && verdicts.size() < kTargetChecks)
+          line += "  (the other checks not run: --every-check)";
         std::printf("%s  [%.1f s]\n", line.c_str(),
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         std::fflush(stdout);
@@ -164,12 +173,13 @@ class MutationRun {
 
   // The clean checkpoint of `format` and what the checks expect of it (a draft goes with the
   // clean hf target).
-  const Clean& prepare(FormatKind format) {
+  Clean& prepare(FormatKind format) {
     if (auto it = clean_.find(format); it != clean_.end()) return it->second;
     if (format == FormatKind::kDraft) {
       Clean c = prepare(FormatKind::kHf);
       c.dir = synthesize(format, std::nullopt);
-      const GeneratorStats stats = speculate(c, c.dir, c.golden);
+      c.golden.emplace();
+      const GeneratorStats stats = speculate(c, c.dir, *c.golden);
       c.verify_rounds = stats.verify_rounds;
       c.accepted_drafts = stats.accepted_drafts;
       c.draft_keys = draft_keys(c.dir);
@@ -193,16 +203,29 @@ class MutationRun {
     const eval::TokenizedPrompts tokens = eval::tokenize_prompts(tokenizer, set);
     c.prefix = tokens.prefix;
     c.prompts = tokens.prompts;
-    EngineOptions fast;
-    fast.slots = static_cast<int>(c.prompts.size()) + 2;
-    Engine e(config, slice.loaded.weights, one_.groups, fast);
-    c.golden = greedy(e, config, c, {});
     return clean_[format] = std::move(c);
+  }
+
+  // The clean checkpoint's golden tokens (default int8 mode, one rank), decoded once.
+  const std::vector<std::vector<std::int32_t>>& golden(Clean& clean) {
+    if (!clean.golden) {
+      const LoadedSlice slice = load_slice(clean.dir, one_.layout, 0);
+      const model::ModelConfig& config = slice.checkpoint->config();
+      Engine e(config, slice.loaded.weights, one_.groups, fast_options(clean));
+      clean.golden = greedy(e, config, clean, {});
+    }
+    return *clean.golden;
+  }
+
+  static EngineOptions fast_options(const Clean& clean) {
+    EngineOptions fast;
+    fast.slots = static_cast<int>(clean.prompts.size()) + 2;
+    return fast;
   }
 
   // Every check's verdict on the mutant `name` at `amount` of `format`.
   // The mutant's files are removed once judged (42 tiny checkpoints would hold 2.7 GB).
-  std::vector<Verdict> judge(FormatKind format, const Clean& clean, const std::string& name,
+  std::vector<Verdict> judge(FormatKind format, Clean& clean, const std::string& name,
                              double amount) {
     const fs::path dir = synthesize(format, model::Mutation{name, amount});
     std::vector<Verdict> out = format == FormatKind::kDraft ? judge_draft(clean, dir)
@@ -211,10 +234,13 @@ class MutationRun {
     return out;
   }
 
-  std::vector<Verdict> judge_target(const Clean& clean, const fs::path& dir) {
+  // The target checks, cheapest first; after the first that catches the mutant, the rest only
+  // with --every-check.
+  std::vector<Verdict> judge_target(Clean& clean, const fs::path& dir) {
     std::vector<Verdict> out;
     const LoadedSlice slice = load_slice(dir, one_.layout, 0);
     const model::ModelConfig& config = slice.checkpoint->config();
+    const auto done = [&] { return !o_.every_check && out.back().caught; };
     {
       EngineOptions exact;
       exact.exact = true;
@@ -223,9 +249,8 @@ class MutationRun {
       const double err = rel_l2(engine_logits(e, clean.sequence, 30), clean.sequence_logits);
       out.push_back({"reference_exact", err > kExactBound, "rel L2 " + number(err)});
     }
-    EngineOptions fast;
-    fast.slots = static_cast<int>(clean.prompts.size()) + 2;
-    Engine e(config, slice.loaded.weights, one_.groups, fast);
+    if (done()) return out;
+    Engine e(config, slice.loaded.weights, one_.groups, fast_options(clean));
     std::vector<double> errors;
     for (std::size_t i = 0; i < clean.fresh.size(); ++i)
       errors.push_back(rel_l2(engine_logits(e, clean.fresh[i], 1), clean.fresh_logits[i]));
@@ -233,16 +258,17 @@ class MutationRun {
     const double median = errors[errors.size() / 2], worst = errors.back();
     out.push_back({"reference_int8", median > kInt8Median || worst > kInt8Worst,
                    "median " + number(median) + " worst " + number(worst)});
-    out.insert(out.begin(), golden_verdict(clean, greedy(e, config, clean, {})));
+    if (done()) return out;
+    out.push_back(golden_verdict(golden(clean), greedy(e, config, clean, {})));
     return out;
   }
 
-  static Verdict golden_verdict(const Clean& clean,
+  static Verdict golden_verdict(const std::vector<std::vector<std::int32_t>>& want,
                                 const std::vector<std::vector<std::int32_t>>& tokens) {
     std::size_t differ = 0;
-    for (std::size_t i = 0; i < clean.golden.size(); ++i) differ += tokens[i] != clean.golden[i];
+    for (std::size_t i = 0; i < want.size(); ++i) differ += tokens[i] != want[i];
     return {"golden", differ > 0,
-            std::to_string(differ) + "/" + std::to_string(clean.golden.size()) + " differ"};
+            std::to_string(differ) + "/" + std::to_string(want.size()) + " differ"};
   }
 
   // A draft cannot change the tokens (verification keeps exactly the target's), only how many
@@ -251,7 +277,7 @@ class MutationRun {
   std::vector<Verdict> judge_draft(const Clean& clean, const fs::path& dir) {
     std::vector<std::vector<std::int32_t>> tokens;
     const GeneratorStats s = speculate(clean, dir, tokens);
-    if (tokens != clean.golden)
+    if (tokens != *clean.golden)
       throw InternalError("a mutated draft changed the target's tokens: speculation is not exact");
     const bool caught =
         s.accepted_drafts != clean.accepted_drafts || s.verify_rounds != clean.verify_rounds;
@@ -350,7 +376,7 @@ class MutationRun {
 
   // The smallest amount each check catches, by bisection on a log scale from 1e-4 up to the
   // first of the default, 0.5, 1, 2, 5 and 10 it catches (">10": not even at 10; "<=1e-4").
-  void bisect(FormatKind format, const Clean& clean, const std::string& name, double amount) {
+  void bisect(FormatKind format, Clean& clean, const std::string& name, double amount) {
     std::map<double, std::vector<Verdict>> seen;
     auto caught_at = [&](double a, std::size_t check) {
       auto it = seen.find(a);
@@ -408,7 +434,11 @@ RunOptions parse(int argc, char** argv) {
       "mutants", po::value(&mutants), "comma-separated mutants (default: all)")(
       "questions", po::value(&o.questions), "GSM8K questions for the golden tokens (default 20, the quickstart's)")(
       "max-new-tokens", po::value(&o.max_new_tokens), "tokens per golden completion (default 64)")(
-      "bisect", po::bool_switch(&o.bisect), "find the smallest amount each check catches")(
+      "every-check", po::bool_switch(&o.every_check),
+      "run every check on every mutant (default: a target mutant's checks stop at the first that "
+      "catches it)")(
+      "bisect", po::bool_switch(&o.bisect),
+      "find the smallest amount each check catches (implies --every-check)")(
       "work", po::value(&work)->required(), "scratch directory for the checkpoints")(
       "data", po::value(&data)->required(), "GSM8K test.jsonl (train.jsonl beside it)");
   po::variables_map vm;
@@ -431,6 +461,7 @@ RunOptions parse(int argc, char** argv) {
     model::find_mutant(m);
     o.mutants.push_back(m);
   }
+  o.every_check = o.every_check || o.bisect;
   o.work = work;
   o.data = data;
   fs::create_directories(o.work);
