@@ -56,6 +56,11 @@ class Activations {
   // cols is not a multiple of the format's block.
   static Activations prepare(ActFormat format, std::span<const float> x, std::size_t rows,
                              std::size_t cols);
+  // As prepare, except that fp32 activations are not copied: the view points into x, which
+  // must outlive the result. For a product that reads x while x is in scope (the copy was a
+  // large allocation and a pass over x on every such product).
+  static Activations prepare_borrowing(ActFormat format, std::span<const float> x,
+                                       std::size_t rows, std::size_t cols);
 
   ActFormat format() const { return view_.format; }
   std::size_t rows() const { return view_.rows; }
