@@ -509,11 +509,51 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
   return code;
 }
 
-int run_logits(dist::Runtime& runtime, const dist::Groups& groups, const K3evalOptions& o) {
-  runtime.collectively([&] {
-    if (o.model_path.empty() || o.prompt.empty() || o.out.empty()) {
-      throw UsageError("k3eval logits needs --model-path, --prompt and --out");
+namespace {
+
+// The prompts of `k3eval logits`: --prompt, or every line of --prompts-file (an empty line is
+// refused by its number, as a prompt of no tokens would be).
+std::vector<std::string> logits_prompts(const K3evalOptions& o) {
+  if (o.prompt.empty() == o.prompts_file.empty()) {
+    throw UsageError("k3eval logits needs one of --prompt and --prompts-file");
+  }
+  if (o.prompts_file.empty()) return {o.prompt};
+  for (const std::string* path : {&o.out, &o.layers_out}) {
+    if (!path->empty() && path->find("{}") == std::string::npos) {
+      throw UsageError("k3eval logits --prompts-file writes one file per prompt: '" + *path +
+                       "' must hold {} for the prompt's index");
     }
+  }
+  std::ifstream in(o.prompts_file);
+  if (!in) throw InputError("--prompts-file " + o.prompts_file + ": cannot be read");
+  std::vector<std::string> prompts;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) {
+      throw InputError("--prompts-file " + o.prompts_file + ":" +
+                       std::to_string(prompts.size() + 1) + ": an empty line (one prompt per line)");
+    }
+    prompts.push_back(std::move(line));
+  }
+  if (prompts.empty()) throw InputError("--prompts-file " + o.prompts_file + ": no prompts");
+  return prompts;
+}
+
+// `path` with its {} replaced by `index` (a path without {} is returned as it is).
+std::string indexed_path(const std::string& path, std::size_t index) {
+  const std::size_t at = path.find("{}");
+  if (at == std::string::npos) return path;
+  return path.substr(0, at) + std::to_string(index) + path.substr(at + 2);
+}
+
+}  // namespace
+
+int run_logits(dist::Runtime& runtime, const dist::Groups& groups, const K3evalOptions& o) {
+  std::vector<std::string> prompts;
+  runtime.collectively([&] {
+    if (o.model_path.empty() || o.out.empty()) {
+      throw UsageError("k3eval logits needs --model-path, --prompt (or --prompts-file) and --out");
+    }
+    prompts = logits_prompts(o);
   });
   LoadedModel model = load_model(runtime, groups, o);
   model::engine::ServingOptions one = serving_options(o);
@@ -523,49 +563,62 @@ int run_logits(dist::Runtime& runtime, const dist::Groups& groups, const K3evalO
   Serving serving = build_serving(runtime, groups, model, one);
   const model::Tokenizer& tokenizer = serving.tokenizer;
   auto& engine = serving.engine;
-  std::vector<std::int32_t> ids;
+  const std::string source = o.prompts_file.empty() ? "--prompt" : "--prompts-file " + o.prompts_file;
+  std::vector<std::vector<std::int32_t>> encoded;
   runtime.collectively([&] {
-    ids = tokenizer.encode(o.prompt);
-    if (ids.empty()) throw UsageError("--prompt encodes to no tokens");
-    if (ids.size() > static_cast<std::size_t>(o.context_length)) {
-      throw UsageError("--prompt has " + std::to_string(ids.size()) +
-                       " tokens, more than --context-length");
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      const std::string where = prompts.size() == 1 && o.prompts_file.empty()
+                                    ? source
+                                    : source + ":" + std::to_string(i + 1);
+      encoded.push_back(tokenizer.encode(prompts[i]));
+      if (encoded.back().empty()) throw UsageError(where + " encodes to no tokens");
+      if (encoded.back().size() > static_cast<std::size_t>(o.context_length)) {
+        throw UsageError(where + " has " + std::to_string(encoded.back().size()) +
+                         " tokens, more than --context-length");
+      }
     }
   });
-  // DP group 0 runs the prompt in one step; every other group joins with an empty batch.
+  // DP group 0 runs each prompt in one step; every other group joins with an empty batch.
   const bool runs = groups.layout().coords(runtime.rank()).dp_rank == 0;
-  model::engine::StepSequence s;
-  s.slot = 0;
-  s.tokens = ids;
-  s.output = model::engine::StepSequence::Output::kAllLogits;
-  engine->reset_slot(0);
-  const auto result = engine->step(runs ? std::span<const model::engine::StepSequence>(&s, 1)
-                                        : std::span<const model::engine::StepSequence>());
-  std::uint64_t nonfinite =
-      dist::allreduce(groups.world(), result.nonfinite_logits, dist::ReduceOp::kSum);
-  if (runtime.rank() == 0) {
+  std::uint64_t nonfinite = 0;
+  for (std::size_t i = 0; i < encoded.size(); ++i) {
+    const std::vector<std::int32_t>& ids = encoded[i];
+    model::engine::StepSequence s;
+    s.slot = 0;
+    s.tokens = ids;
+    s.output = model::engine::StepSequence::Output::kAllLogits;
+    engine->reset_slot(0);
+    const auto result = engine->step(runs ? std::span<const model::engine::StepSequence>(&s, 1)
+                                          : std::span<const model::engine::StepSequence>());
+    const std::uint64_t bad =
+        dist::allreduce(groups.world(), result.nonfinite_logits, dist::ReduceOp::kSum);
+    nonfinite += bad;
+    if (runtime.rank() != 0) continue;
+    const std::string out_path = indexed_path(o.out, i);
     const auto& logits = result.logits.at(0);
-    std::ofstream out(o.out, std::ios::binary);
+    std::ofstream out(out_path, std::ios::binary);
     out.write(reinterpret_cast<const char*>(logits.data()),
               static_cast<std::streamsize>(logits.size() * sizeof(float)));
-    if (!out) throw InputError("cannot write " + o.out);
+    if (!out) throw InputError("cannot write " + out_path);
     if (!o.layers_out.empty()) {
-      std::ofstream layers(o.layers_out, std::ios::binary);
+      const std::string layers_path = indexed_path(o.layers_out, i);
+      std::ofstream layers(layers_path, std::ios::binary);
       for (const auto& layer : result.layers) {
         for (const auto* rows : {&layer.attention, &layer.ffn, &layer.stream}) {
           layers.write(reinterpret_cast<const char*>(rows->data()),
                        static_cast<std::streamsize>(rows->size() * sizeof(float)));
         }
       }
-      if (!layers) throw InputError("cannot write " + o.layers_out);
+      if (!layers) throw InputError("cannot write " + layers_path);
     }
+    if (encoded.size() > 1) std::printf("prompt %zu\n", i);
     std::printf("tokens (%zu):", ids.size());
     for (auto id : ids) std::printf(" %d", id);
     std::printf("\nlogits: %zu x %d float32, row-major, written to %s\n", ids.size(),
-                model.config().vocab_size, o.out.c_str());
+                model.config().vocab_size, out_path.c_str());
     std::printf("greedy next token: %d\n", result.next.at(0));
-    if (nonfinite)
-      std::printf("warning: %llu non-finite logits\n", static_cast<unsigned long long>(nonfinite));
+    if (bad)
+      std::printf("warning: %llu non-finite logits\n", static_cast<unsigned long long>(bad));
     std::fflush(stdout);
   }
   return nonfinite ? 2 : 0;

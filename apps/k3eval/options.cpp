@@ -189,6 +189,9 @@ po::options_description describe(K3evalOptions& o) {
        "[len x R, len], seeded by --seed (default 1: fixed lengths; SGLang's bench_serving "
        "defaults to 0)")
       ("prompt", po::value(&o.prompt)->value_name("TEXT"), "k3eval logits: the prompt")
+      ("prompts-file", po::value(&o.prompts_file)->value_name("FILE"),
+       "k3eval logits: one prompt per line instead of --prompt, all in one launch; --out "
+       "(and --layers-out) must hold {}, replaced by the prompt's index from 0")
       ("out", po::value(&o.out)->value_name("FILE"),
        "k3eval logits: float32 logits [positions x vocabulary], row-major")
       ("layers-out", po::value(&o.layers_out)->value_name("FILE"),
@@ -221,6 +224,8 @@ po::options_description describe(K3evalOptions& o) {
       "Usage: mpirun -np N k3eval [options]           GSM8K evaluation (or --mode throughput)\n"
       "       mpirun -np N k3eval logits [options]    --prompt TEXT --out FILE: every position's "
       "logits\n"
+      "                                               (--prompts-file F --out 'l-{}.f32': one "
+      "file per line of F)\n"
       "       k3eval score [options]                  --completions FILE: re-score completions");
   all.add(general).add(parallel).add(serving).add(evaluation).add(testing);
   return all;

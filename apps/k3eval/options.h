@@ -72,6 +72,7 @@ struct K3evalOptions {
 
   // logits / score.
   std::string prompt;
+  std::string prompts_file;  // logits: one prompt per line, each written to --out's {} as its index
   std::string out;
   std::string layers_out;  // logits: every layer's attention, FFN and stream rows
   std::string completions;

@@ -415,6 +415,29 @@ assert s["policy"] == "goodput" and s["draft_lengths"] and s["plain_estimate_s"]
       --layers-out "$work/eight.layers" "${layout8[@]}"
     expect_rc 0
     [[ $(stat -c %s "$work/eight.layers") -eq $((6 * 3 * n * 512 * 4)) ]] || fail "layers file size"
+    # --prompts-file: every line in one launch, each prompt's files as --prompt writes them.
+    printf 'Question: What is 3 + 4?\nQuestion: What is 5 + 6?\n' >"$work/two.txt"
+    run 8 logits --model-path "$ck" --prompts-file "$work/two.txt" --out "$work/two-{}.bin" \
+      --layers-out "$work/two-{}.layers" "${layout8[@]}"
+    expect_rc 0
+    expect_out '^prompt 1$'
+    cmp -s "$work/two-0.bin" "$work/eight.bin" || fail "--prompts-file line 1's logits differ from --prompt's"
+    cmp -s "$work/two-0.layers" "$work/eight.layers" || fail "--prompts-file line 1's layers differ from --prompt's"
+    run 8 logits --model-path "$ck" --prompt "Question: What is 5 + 6?" --out "$work/second.bin" "${layout8[@]}"
+    expect_rc 0
+    cmp -s "$work/two-1.bin" "$work/second.bin" || fail "--prompts-file line 2's logits differ from --prompt's"
+    # Refused before loading: --out without {}, an empty line (named by its number), both sources.
+    run 1 logits --model-path "$ck" --prompts-file "$work/two.txt" --out "$work/two.bin"
+    expect_rc 2
+    expect_err "must hold {} for the prompt's index"
+    printf 'Question: one\n\nQuestion: three\n' >"$work/gap.txt"
+    run 1 logits --model-path "$ck" --prompts-file "$work/gap.txt" --out "$work/gap-{}.bin"
+    expect_rc 2
+    expect_err "$work/gap.txt:2: an empty line (one prompt per line)"
+    run 1 logits --model-path "$ck" --prompts-file "$work/two.txt" --prompt "x" --out "$work/x-{}.bin"
+    expect_rc 2
+    expect_err "k3eval logits needs one of --prompt and --prompts-file"
+    grep -q "shards loaded" "$work/err" && fail "a refused logits command loaded the model first"
     ;;
   numerics_8)
     # Issue 15's targets on the default synthetic GGUF (docs/ENGINE.md, "The synthetic model"):
@@ -428,18 +451,13 @@ import json, sys
 for i, line in enumerate(open(sys.argv[1])):
     if i >= 16: break
     print(json.loads(line)["question"].replace("\n", " "))' "$data" >"$work/questions.txt"
-    i=0
-    while IFS= read -r q; do
-      run 1 logits --model-path "$gguf" --prompt "$q" --out "$work/int8-$i.bin" </dev/null
-      expect_rc 0
-      run 1 logits --model-path "$gguf" --prompt "$q" --out "$work/fp32-$i.bin" --fp32-activations </dev/null
-      expect_rc 0
-      if [[ $i -lt 4 ]]; then
-        run 8 logits --model-path "$gguf" --prompt "$q" --out "$work/eight-$i.bin" "${quickstart[@]}" </dev/null
-        expect_rc 0
-      fi
-      i=$((i + 1))
-    done <"$work/questions.txt"
+    head -n 4 "$work/questions.txt" >"$work/first4.txt"
+    run 1 logits --model-path "$gguf" --prompts-file "$work/questions.txt" --out "$work/int8-{}.bin"
+    expect_rc 0
+    run 1 logits --model-path "$gguf" --prompts-file "$work/questions.txt" --out "$work/fp32-{}.bin" --fp32-activations
+    expect_rc 0
+    run 8 logits --model-path "$gguf" --prompts-file "$work/first4.txt" --out "$work/eight-{}.bin" "${quickstart[@]}"
+    expect_rc 0
     python3 - "$work" <<'PY' || fail "outside the numerics targets (docs/PERFORMANCE.md, \"Numerical agreement targets\")"
 import math, struct, sys
 work = sys.argv[1]
