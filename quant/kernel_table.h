@@ -67,6 +67,11 @@ using Q8Block32Quantizer = void (*)(const float* x, std::size_t cols, bool even_
 using Q8KQuantizer = void (*)(const float* x, std::size_t cols, std::int8_t* qs, float* d,
                               std::int16_t* bsums);
 
+// Q2_K weights: the affine fits of one 256-element block's 16 sub-blocks (make_qkx2_quants,
+// weights |x|, 16 grid steps), with the same bits as q2_k_fit in reference.cpp: the 256 codes
+// L, each sub-block's scale and its minimum negated.
+using Q2KFit = void (*)(const float* x, std::uint8_t* L, float* scales, float* neg_mins);
+
 struct KernelTable {
   RowKernel row[kTypeCount] = {};
   TileKernel tile[kTypeCount] = {};
@@ -74,6 +79,7 @@ struct KernelTable {
   TileKernel vnni[kTypeCount] = {};
   Q8Block32Quantizer q8_block32 = nullptr;
   Q8KQuantizer q8_k = nullptr;
+  Q2KFit q2_k_fit = nullptr;
 };
 
 inline constexpr std::size_t kVnniTileGroups = 8;

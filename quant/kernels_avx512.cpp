@@ -110,6 +110,105 @@ K3_512 void q8_k_row(const float* x, size_t cols, std::int8_t* qs, float* d, std
   }
 }
 
+// ggml's nearest_int (fp.h) on 16 lanes: 1.5 * 2^23 added, the low mantissa bits taken.
+K3_512_INLINE __m512i nearest_ints(__m512 v) {
+  const __m512 shifted = _mm512_add_ps(v, _mm512_set1_ps(12582912.f));
+  return _mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(shifted),
+                                           _mm512_set1_epi32(0x007fffff)),
+                          _mm512_set1_epi32(0x00400000));
+}
+
+// A Q2_K code: nearest_int(iscale * (x - lo)) clamped to [0, 3].
+K3_512_INLINE __m512i q2_code(__m512 iscale, __m512 lo, __m512 x) {
+  const __m512i l = nearest_ints(_mm512_mul_ps(iscale, _mm512_sub_ps(x, lo)));
+  return _mm512_max_epi32(_mm512_setzero_si512(), _mm512_min_epi32(_mm512_set1_epi32(3), l));
+}
+
+// q2_k_fit (reference.cpp) with the same bits: lane j fits sub-block j, every step of fit_affine
+// (make_qkx2_quants with weights |x|, nmax 3, rmin -0.5, rdelta 0.1, 15 steps, absolute error)
+// in its order, a branch becoming a per-lane blend. Vector i holds element i of every sub-block.
+K3_512 void q2_k_fit_row(const float* x, std::uint8_t* L, float* scales, float* neg_mins) {
+  constexpr int kNmax = 3, kSteps = 15;
+  const __m512i column = _mm512_mullo_epi32(
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+      _mm512_set1_epi32(16));
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512i code_lo = _mm512_setzero_si512();
+  __m512 xv[16], wv[16];
+  for (int i = 0; i < 16; ++i) {
+    xv[i] = _mm512_i32gather_ps(_mm512_add_epi32(column, _mm512_set1_epi32(i)), x, 4);
+    wv[i] = _mm512_abs_ps(xv[i]);
+  }
+  __m512 lo = xv[0], hi = xv[0], sum_w = wv[0];
+  __m512 sum_x = _mm512_mul_ps(sum_w, xv[0]);
+  for (int i = 1; i < 16; ++i) {
+    lo = _mm512_min_ps(xv[i], lo);  // x < lo ? x : lo, as the scalar branch
+    hi = _mm512_max_ps(xv[i], hi);
+    sum_w = _mm512_add_ps(sum_w, wv[i]);
+    sum_x = _mm512_add_ps(sum_x, _mm512_mul_ps(wv[i], xv[i]));
+  }
+  lo = _mm512_mask_mov_ps(lo, _mm512_cmp_ps_mask(lo, zero, _CMP_GT_OQ), zero);
+  const __mmask16 flat = _mm512_cmp_ps_mask(hi, lo, _CMP_EQ_OQ);
+  const __m512 flat_lo = lo;
+  __m512 iscale = _mm512_div_ps(_mm512_set1_ps(static_cast<float>(kNmax)), _mm512_sub_ps(hi, lo));
+  __m512 scale = _mm512_div_ps(_mm512_set1_ps(1.0f), iscale);
+  __m512 best_error = zero;
+  __m512i codes[16];
+  for (int i = 0; i < 16; ++i) {
+    codes[i] = q2_code(iscale, lo, xv[i]);
+    const __m512 diff = _mm512_sub_ps(
+        _mm512_add_ps(_mm512_mul_ps(scale, _mm512_cvtepi32_ps(codes[i])), lo), xv[i]);
+    best_error = _mm512_add_ps(best_error, _mm512_mul_ps(wv[i], _mm512_abs_ps(diff)));
+  }
+  for (int is = 0; is <= kSteps; ++is) {
+    const float grid = -0.5f + 0.1f * static_cast<float>(is) + static_cast<float>(kNmax);
+    iscale = _mm512_div_ps(_mm512_set1_ps(grid), _mm512_sub_ps(hi, lo));
+    __m512 sum_l = zero, sum_l2 = zero, sum_xl = zero;
+    __m512i trial[16];
+    for (int i = 0; i < 16; ++i) {
+      trial[i] = q2_code(iscale, lo, xv[i]);
+      const __m512 fl = _mm512_cvtepi32_ps(trial[i]);
+      const __m512 wl = _mm512_mul_ps(wv[i], fl);
+      sum_l = _mm512_add_ps(sum_l, wl);
+      sum_l2 = _mm512_add_ps(sum_l2, _mm512_mul_ps(wl, fl));
+      sum_xl = _mm512_add_ps(sum_xl, _mm512_mul_ps(wl, xv[i]));
+    }
+    const __m512 det = _mm512_sub_ps(_mm512_mul_ps(sum_w, sum_l2), _mm512_mul_ps(sum_l, sum_l));
+    const __mmask16 solvable = _mm512_cmp_ps_mask(det, zero, _CMP_GT_OQ);
+    if (solvable == 0) continue;
+    __m512 this_scale = _mm512_div_ps(
+        _mm512_sub_ps(_mm512_mul_ps(sum_w, sum_xl), _mm512_mul_ps(sum_x, sum_l)), det);
+    __m512 this_min = _mm512_div_ps(
+        _mm512_sub_ps(_mm512_mul_ps(sum_l2, sum_x), _mm512_mul_ps(sum_l, sum_xl)), det);
+    const __mmask16 positive = _mm512_cmp_ps_mask(this_min, zero, _CMP_GT_OQ);
+    this_min = _mm512_mask_mov_ps(this_min, positive, zero);
+    this_scale = _mm512_mask_mov_ps(this_scale, positive, _mm512_div_ps(sum_xl, sum_l2));
+    __m512 cur_error = zero;
+    for (int i = 0; i < 16; ++i) {
+      const __m512 diff = _mm512_sub_ps(
+          _mm512_add_ps(_mm512_mul_ps(this_scale, _mm512_cvtepi32_ps(trial[i])), this_min), xv[i]);
+      cur_error = _mm512_add_ps(cur_error, _mm512_mul_ps(wv[i], _mm512_abs_ps(diff)));
+    }
+    const __mmask16 better = solvable & _mm512_cmp_ps_mask(cur_error, best_error, _CMP_LT_OQ);
+    for (int i = 0; i < 16; ++i) codes[i] = _mm512_mask_mov_epi32(codes[i], better, trial[i]);
+    best_error = _mm512_mask_mov_ps(best_error, better, cur_error);
+    scale = _mm512_mask_mov_ps(scale, better, this_scale);
+    lo = _mm512_mask_mov_ps(lo, better, this_min);
+  }
+  // A flat sub-block (hi == lo after lo was clamped to <= 0): codes 0, scale 0, -min = -lo.
+  _mm512_storeu_ps(scales, _mm512_mask_mov_ps(scale, flat, zero));
+  const __m512 min = _mm512_mask_mov_ps(lo, flat, flat_lo);
+  _mm512_storeu_ps(neg_mins, _mm512_castsi512_ps(_mm512_xor_si512(  // -min: the sign flipped
+                                 _mm512_castps_si512(min), _mm512_set1_epi32(INT32_MIN))));
+  alignas(64) std::uint8_t by_element[16][16];  // [i][j]
+  for (int i = 0; i < 16; ++i) {
+    _mm_store_si128(reinterpret_cast<__m128i*>(by_element[i]),
+                    _mm512_cvtepi32_epi8(_mm512_mask_mov_epi32(codes[i], flat, code_lo)));
+  }
+  for (int j = 0; j < 16; ++j)
+    for (int i = 0; i < 16; ++i) L[16 * j + i] = by_element[i][j];
+}
+
 }  // namespace
 }  // namespace avx512
 
@@ -127,6 +226,7 @@ KernelTable make_table() {
   add_vnni_tiles(t);
   t.q8_block32 = q8_block32_row;
   t.q8_k = q8_k_row;
+  t.q2_k_fit = q2_k_fit_row;
   return t;
 }
 

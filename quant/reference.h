@@ -47,6 +47,8 @@ template <Type T>
 void to_float_row(const std::uint8_t* src, float* dst, std::size_t n);
 template <Type T>
 void from_float_row(const float* src, std::uint8_t* dst, std::size_t n);
+// The scalar Q2KFit (kernel_table.h): one 256-element block's 16 sub-block fits.
+void q2_k_fit(const float* x, std::uint8_t* L, float* scales, float* neg_mins);
 }  // namespace detail
 
 }  // namespace k3::quant

@@ -622,7 +622,7 @@ WholeModel load_whole(FormatKind kind) {
   if (!bound.problems.empty()) throw InputError(problems_text(bound.problems));
   const LoadPlan plan = make_load_plan(ck, bound.bindings, layout_of(1, 1, 1, false), 0);
   LoadResult whole = load(ck, plan);
-  return {std::move(ck), std::move(whole)};
+  return {std::move(ck), std::move(whole), {}};
 }
 
 // The union of every rank's slices equals the whole tensor, element for element: each element

@@ -452,5 +452,43 @@ TEST(QuantKernels, ActivationQuantizationIsTheSameOnEveryIsa) {
   set_active_isa(before);
 }
 
+// Q2_K weights are the same bits whichever ISA fits them (the AVX-512 fit runs the 16 sub-blocks
+// of a block in 16 lanes): ordinary and uniform values, flat sub-blocks (zeros, one repeated
+// positive or negative value), ties, huge values, subnormals, infinities and NaNs.
+TEST(QuantKernels, Q2_KQuantizationIsTheSameOnEveryIsa) {
+  std::mt19937_64 rng(78);
+  const std::size_t rows = 24, cols = 256 * 6;
+  std::vector<float> x = heavy_tailed(rng, rows * cols);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (std::size_t i = cols; i < 2 * cols; ++i) x[i] = uniform(rng);
+  std::fill(x.begin() + 2 * cols, x.begin() + 2 * cols + 16, 0.0f);            // flat at 0
+  std::fill(x.begin() + 2 * cols + 16, x.begin() + 2 * cols + 32, 0.75f);      // flat above 0
+  std::fill(x.begin() + 2 * cols + 32, x.begin() + 2 * cols + 48, -0.25f);     // flat below 0
+  for (std::size_t i = 0; i < 256; ++i) x[3 * cols + i] = static_cast<float>(i % 8) * 0.5f;  // ties
+  for (std::size_t i = 256; i < 512; ++i) x[3 * cols + i] = static_cast<float>(i % 4) - 3.0f;
+  x[4 * cols + 3] = 3e38f;
+  x[4 * cols + 300] = -3e38f;
+  x[5 * cols + 7] = -1e-40f;
+  x[5 * cols + 8] = 1e-42f;
+  x[6 * cols + 5] = std::numeric_limits<float>::infinity();
+  x[7 * cols + 17] = -std::numeric_limits<float>::infinity();
+  x[8 * cols] = std::numeric_limits<float>::quiet_NaN();  // a sub-block's first element
+  x[8 * cols + 300] = std::numeric_limits<float>::quiet_NaN();
+  const Isa before = active_isa();
+  set_active_isa(Isa::kScalar);
+  const QuantizedMatrix want = quantize(Type::kQ2_K, x, rows, cols);
+  for (Isa isa : available_isas()) {
+    set_active_isa(isa);
+    const QuantizedMatrix got = quantize(Type::kQ2_K, x, rows, cols);
+    ASSERT_EQ(want.data.size(), got.data.size());
+    for (std::size_t r = 0; r < rows; ++r) {
+      const std::size_t bytes = want.data.size() / rows;
+      EXPECT_EQ(0, std::memcmp(want.data.data() + r * bytes, got.data.data() + r * bytes, bytes))
+          << name(isa) << " row " << r;
+    }
+  }
+  set_active_isa(before);
+}
+
 }  // namespace
 }  // namespace k3::quant
