@@ -89,38 +89,21 @@ void quantize_q8_k(const float* x, size_t cols, std::int8_t* qs, float* d, std::
   }
 }
 
-void check_shape(std::span<const float> x, std::size_t rows, std::size_t cols) {
+}  // namespace
+
+Activations Activations::prepare(ActFormat format, std::span<const float> x, std::size_t rows,
+                                 std::size_t cols) {
   if (x.size() != rows * cols) {
     throw InputError("quant: activations [" + std::to_string(rows) + " x " + std::to_string(cols) +
                      "] from " + std::to_string(x.size()) + " floats");
   }
-}
-
-}  // namespace
-
-Activations Activations::prepare_borrowing(ActFormat format, std::span<const float> x,
-                                           std::size_t rows, std::size_t cols) {
-  if (format != ActFormat::kF32) return prepare(format, x, rows, cols);
-  check_shape(x, rows, cols);
-  Activations a;
-  a.view_.format = format;
-  a.view_.rows = rows;
-  a.view_.cols = cols;
-  a.view_.f32 = x.data();
-  return a;
-}
-
-Activations Activations::prepare(ActFormat format, std::span<const float> x, std::size_t rows,
-                                 std::size_t cols) {
-  check_shape(x, rows, cols);
   Activations a;
   ActView& v = a.view_;
   v.format = format;
   v.rows = rows;
   v.cols = cols;
   if (format == ActFormat::kF32) {
-    a.f32_.assign(x.begin(), x.end());
-    v.f32 = a.f32_.data();
+    v.f32 = x.data();
     return a;
   }
   const size_t block = format == ActFormat::kQ8K ? 256 : 32;

@@ -45,22 +45,20 @@ inline constexpr std::size_t kInterleaveMinRows = 12;
 class Activations {
  public:
   Activations() = default;
-  // The view points into the owned buffers: moving keeps them valid, copying would not.
+  // The view points into the owned buffers (fp32: into x): moving keeps it valid, copying would
+  // not.
   Activations(Activations&&) = default;
   Activations& operator=(Activations&&) = default;
   Activations(const Activations&) = delete;
   Activations& operator=(const Activations&) = delete;
 
-  // x is row-major [rows, cols]. Int8 formats: d = amax/127 per block of 32 and codes rounded
-  // to nearest even (Q8 32), or ggml's quantize_row_q8_K_ref rule (Q8_K). Throws InputError if
-  // cols is not a multiple of the format's block.
+  // x is row-major [rows, cols]. Fp32 activations are read where they are (x must outlive the
+  // result: a copy was a large allocation and a pass over x on every product). Int8 formats:
+  // d = amax/127 per block of 32 and codes rounded to nearest even (Q8 32), or ggml's
+  // quantize_row_q8_K_ref rule (Q8_K). Throws InputError if cols is not a multiple of the
+  // format's block.
   static Activations prepare(ActFormat format, std::span<const float> x, std::size_t rows,
                              std::size_t cols);
-  // As prepare, except that fp32 activations are not copied: the view points into x, which
-  // must outlive the result. For a product that reads x while x is in scope (the copy was a
-  // large allocation and a pass over x on every such product).
-  static Activations prepare_borrowing(ActFormat format, std::span<const float> x,
-                                       std::size_t rows, std::size_t cols);
 
   ActFormat format() const { return view_.format; }
   std::size_t rows() const { return view_.rows; }
@@ -69,7 +67,6 @@ class Activations {
 
  private:
   ActView view_;
-  std::vector<float> f32_;
   std::vector<std::int8_t> qs_;
   std::vector<float> d_;
   std::vector<std::int32_t> isum_;

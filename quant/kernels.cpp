@@ -177,13 +177,13 @@ void gemm(const MatrixView& w, const Activations& x, std::span<float> y) {
 
 void gemm(const MatrixView& w, std::span<const float> x, std::size_t n, std::span<float> y) {
   validate(w);
-  const Activations a = Activations::prepare_borrowing(traits(w.type).act, x, n, w.cols);
+  const Activations a = Activations::prepare(traits(w.type).act, x, n, w.cols);
   gemm(w, a, y, active_isa());
 }
 
 void gemv(const MatrixView& w, std::span<const float> x, std::span<float> y, Isa isa) {
   validate(w);
-  const Activations a = Activations::prepare_borrowing(traits(w.type).act, x, 1, w.cols);
+  const Activations a = Activations::prepare(traits(w.type).act, x, 1, w.cols);
   gemm(w, a, y, isa);
 }
 

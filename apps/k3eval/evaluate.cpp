@@ -567,9 +567,8 @@ int run_logits(dist::Runtime& runtime, const dist::Groups& groups, const K3evalO
   std::vector<std::vector<std::int32_t>> encoded;
   runtime.collectively([&] {
     for (std::size_t i = 0; i < prompts.size(); ++i) {
-      const std::string where = prompts.size() == 1 && o.prompts_file.empty()
-                                    ? source
-                                    : source + ":" + std::to_string(i + 1);
+      const std::string where =
+          o.prompts_file.empty() ? source : source + ":" + std::to_string(i + 1);
       encoded.push_back(tokenizer.encode(prompts[i]));
       if (encoded.back().empty()) throw UsageError(where + " encodes to no tokens");
       if (encoded.back().size() > static_cast<std::size_t>(o.context_length)) {

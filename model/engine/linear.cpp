@@ -96,9 +96,7 @@ void SharedInput::apply(const Linear& w, std::span<float> y) {
       return;
     }
   }
-  // x_ outlives this object: fp32 activations are read where they are.
-  prepared_.push_back(
-      quant::Activations::prepare_borrowing(format, x_.first(n_ * w.cols()), n_, w.cols()));
+  prepared_.push_back(quant::Activations::prepare(format, x_.first(n_ * w.cols()), n_, w.cols()));
   w.apply(prepared_.back(), y);
 }
 
