@@ -12,6 +12,18 @@
 #include "quant/kernel_table.h"
 #include "quant/repack.h"
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define K3_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define K3_ASAN 1
+#endif
+#if defined(K3_ASAN)
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace k3::quant {
 namespace {
 
@@ -36,6 +48,47 @@ Selected select(Type type, Isa isa) {
   if (isa >= Isa::kAvx512) take(detail::avx512_kernels());
   return s;
 }
+
+#if defined(K3_ASAN)
+// A sanitizer tree builds the GEMM kernels without ASan's per-load checks (quant/CMakeLists.txt);
+// instead every byte a kernel is given is checked here, once per product, and a poisoned byte
+// (past an allocation, freed, a stack redzone) is reported as ASan reports a bad load or store.
+void check_addressable(const void* p, size_t bytes, bool is_write) {
+  if (p == nullptr || bytes == 0) return;
+  void* bad = __asan_region_is_poisoned(const_cast<void*>(p), bytes);
+  if (bad == nullptr) return;
+  __asan_report_error(__builtin_return_address(0), __builtin_frame_address(0),
+                      __builtin_frame_address(0), bad, is_write ? 1 : 0, 1);
+}
+template <typename T>
+void check_addressable(std::span<const T> s) {
+  check_addressable(s.data(), s.size_bytes(), false);
+}
+
+void check_spans(const MatrixView& w, const ActView& a, std::span<float> y) {
+  check_addressable(w.data);
+  check_addressable(w.e8m0);
+  check_addressable(w.scale);
+  check_addressable(w.offset);
+  check_addressable(w.group_scale);
+  check_addressable(w.group_offset);
+  // ActView's arrays, by the extents its comments give.
+  const size_t rb = a.rows * a.blocks, g = a.groups16;
+  check_addressable(a.f32, a.rows * a.cols * sizeof(float), false);
+  check_addressable(a.qs, a.rows * a.cols, false);
+  check_addressable(a.d, rb * sizeof(float), false);
+  check_addressable(a.isum, rb * sizeof(std::int32_t), false);
+  check_addressable(a.nisum, rb * sizeof(std::int32_t), false);
+  check_addressable(a.xsum, rb * sizeof(float), false);
+  check_addressable(a.row_xsum, a.rows * sizeof(float), false);
+  check_addressable(a.bsums, rb * 16 * sizeof(std::int16_t), false);
+  check_addressable(a.qs16, g * a.cols * 16, false);
+  check_addressable(a.d16, g * a.blocks * 16 * sizeof(float), false);
+  check_addressable(a.nisum16, g * a.blocks * 16 * sizeof(std::int32_t), false);
+  check_addressable(a.bsums16, g * a.blocks * 256 * sizeof(std::int16_t), false);
+  check_addressable(y.data(), y.size_bytes(), true);
+}
+#endif
 
 void check_isa(Isa isa) {
   if (static_cast<int>(isa) > static_cast<int>(detected_isa())) {
@@ -160,6 +213,9 @@ void gemm(const MatrixView& w, const Activations& x, std::span<float> y, Isa isa
                      " floats, got " + std::to_string(y.size()));
   }
   if (w.rows == 0 || a.rows == 0) return;
+#if defined(K3_ASAN)
+  check_spans(w, a, y);
+#endif
   if (w.cols == 0) {
     std::fill(y.begin(), y.end(), 0.0f);
     return;

@@ -35,7 +35,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yi
 stage release bash -c 'cd build && ctest --output-on-failure -j "$(nproc)"'
 
 # Everything that decodes untrusted bytes, again under AddressSanitizer + UBSan.
-K3_BUILD_DIR="$root/build-asan" K3_BUILD_TARGETS="common_tests quant_tests tokenizer_tests model_tests eval_tests engine_tests k3ckpt" \
+K3_BUILD_DIR="$root/build-asan" K3_BUILD_TARGETS="common_tests quant_tests quant_span_tests tokenizer_tests model_tests eval_tests engine_tests k3ckpt" \
   timed build-asan jobs/build.sh -DK3_SANITIZE=ON -DK3_BUILD_BENCHMARKS=OFF
 stage sanitizers bash -c 'cd build-asan && ctest --output-on-failure -j "$(nproc)" -L "common|quant|tokenizer|model|eval|engine" -LE mpi'
 
