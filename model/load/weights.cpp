@@ -63,21 +63,31 @@ quant::MatrixView Weight::expert(std::size_t e) const {
   return v;
 }
 
+std::size_t Weight::element_count() const {
+  std::size_t n = 1;
+  for (const std::int64_t d : shape) n *= static_cast<std::size_t>(d);
+  return n;
+}
+
 std::vector<float> Weight::floats() const {
-  if (per_expert_segments()) {
-    std::vector<float> out;
-    for (std::size_t e = 0; e < static_cast<std::size_t>(shape[0]); ++e) {
-      const quant::MatrixView v = expert(e);
-      std::vector<float> one(v.rows * v.cols);
-      quant::dequantize(v, one);
-      out.insert(out.end(), one.begin(), one.end());
-    }
-    return out;
-  }
-  const quant::MatrixView v = view();
-  std::vector<float> out(v.rows * v.cols);
-  quant::dequantize(v, out);
+  std::vector<float> out(element_count());
+  floats_into(out);
   return out;
+}
+
+void Weight::floats_into(std::span<float> out) const {
+  if (out.size() != element_count()) {
+    throw InternalError(name + ": " + std::to_string(element_count()) +
+                        " elements decoded into room for " + std::to_string(out.size()));
+  }
+  if (per_expert_segments()) {
+    // Every expert has the same shape: each is decoded straight into its place.
+    const std::size_t experts = static_cast<std::size_t>(shape.at(0));
+    const std::size_t per = out.size() / experts;
+    for (std::size_t e = 0; e < experts; ++e) quant::dequantize(expert(e), out.subspan(e * per, per));
+    return;
+  }
+  quant::dequantize(view(), out);
 }
 
 void WeightStore::add(Weight w) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,8 +42,11 @@ struct Weight {
   // A 2-D view: rows = product of all but the last dimension, cols = the last. Not for split
   // K/V (view k_b and v_b) or per-expert segments (use expert(e)).
   quant::MatrixView view() const;
-  // The fp32 values of a vector parameter (norms, biases, scores); throws for matrices.
+  // Every element decoded to fp32, row-major (experts one after another); floats_into writes
+  // them into `out`, which must hold element_count() floats (InternalError otherwise).
+  std::size_t element_count() const;
   std::vector<float> floats() const;
+  void floats_into(std::span<float> out) const;
 };
 
 class WeightStore {

@@ -610,6 +610,12 @@ struct WholeModel {
   Checkpoint ck;
   LoadResult whole;
   mutable std::map<std::string, std::vector<float>> values;  // by key, as first compared
+  // Each layout's rebuilt tensors and per-element copy counts, by key: kept from one layout to
+  // the next and cleared, so their pages are touched once (under the sanitizers a fresh
+  // buffer's page faults were about a quarter of the test).
+  mutable std::map<std::string, std::vector<float>> rebuilt;
+  mutable std::map<std::string, std::vector<int>> covered;
+  mutable std::vector<float> slice_values;  // one slice's values at a time
   const std::vector<float>& values_of(const std::string& key, const Weight& w) const {
     auto it = values.find(key);
     if (it == values.end()) it = values.emplace(key, w.floats()).first;
@@ -622,7 +628,7 @@ WholeModel load_whole(FormatKind kind) {
   if (!bound.problems.empty()) throw InputError(problems_text(bound.problems));
   const LoadPlan plan = make_load_plan(ck, bound.bindings, layout_of(1, 1, 1, false), 0);
   LoadResult whole = load(ck, plan);
-  return {std::move(ck), std::move(whole), {}};
+  return {std::move(ck), std::move(whole), {}, {}, {}, {}};
 }
 
 // The union of every rank's slices equals the whole tensor, element for element: each element
@@ -632,8 +638,10 @@ void check_reconstruction(const WholeModel& model, FormatKind kind, const dist::
   const Checkpoint& ck = model.ck;
   const BindResult bound = bind_all(ck, layout);
   ASSERT_TRUE(bound.problems.empty());
-  std::map<std::string, std::vector<float>> rebuilt;
-  std::map<std::string, std::vector<int>> covered;
+  auto& rebuilt = model.rebuilt;
+  auto& covered = model.covered;
+  for (auto& [key, values] : rebuilt) std::fill(values.begin(), values.end(), 0.0f);
+  for (auto& [key, copies] : covered) std::fill(copies.begin(), copies.end(), 0);
   for (int r = 0; r < layout.world(); ++r) {
     const LoadPlan plan = make_load_plan(ck, bound.bindings, layout, r);
     const LoadResult part = load(ck, plan);
@@ -644,7 +652,10 @@ void check_reconstruction(const WholeModel& model, FormatKind kind, const dist::
       // Copies the slice into its place in the full tensor, one innermost run at a time.
       auto place = [&](const Weight& slice, const Weight& fullw, const std::string& key,
                        const std::vector<std::int64_t>& begin) {
-        const auto local = slice.floats();
+        std::vector<float>& scratch = model.slice_values;
+        scratch.resize(std::max(scratch.size(), slice.element_count()));
+        const std::span<float> local(scratch.data(), slice.element_count());
+        slice.floats_into(local);
         auto& dst = rebuilt[key];
         auto& cov = covered[key];
         std::size_t total = 1;
@@ -690,6 +701,7 @@ void check_reconstruction(const WholeModel& model, FormatKind kind, const dist::
     const auto& cov = covered[key];
     // Replicated parameters are held by every rank; split ones by exactly one.
     const int copies = cov.empty() ? 0 : cov[0];
+    ASSERT_GT(copies, 0) << key << " is held by no rank of this layout";
     const auto uneven = std::find_if(cov.begin(), cov.end(), [&](int c) { return c != copies; });
     ASSERT_TRUE(uneven == cov.end())
         << key << " element " << (uneven - cov.begin()) << " covered " << *uneven << " times, "
