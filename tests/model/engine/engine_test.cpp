@@ -244,45 +244,48 @@ INSTANTIATE_TEST_SUITE_P(Formats, ServingTest,
 // batch. Every product adds a row's blocks in one order at any batch size (quant/README.md),
 // attention and KDA run per sequence, and the MoE adds a token's experts in a fixed order.
 TEST_P(EngineTest, ASequenceIsBitwiseTheSameInAnyBatch) {
-  for (const bool exact : {false, true})
-  for (const std::size_t batch : {16u, 64u}) {
+  for (const bool exact : {false, true}) {
+    // One engine of 64 slots per mode serves both batch sizes (each run resets its slots).
     EngineOptions o;
-    o.slots = static_cast<int>(batch);
+    o.slots = 64;
     o.exact = exact;
     auto e = engine(GetParam(), o);
-    const int V = e->config().vocab_size;
-    const auto prompts = random_prompts(batch, 1, 40, V, 101 + static_cast<std::uint32_t>(batch));
-    constexpr std::size_t kDecode = 6;
-    // Decode feeds fixed tokens, so every step's batch is known before it runs.
-    const auto fed = random_prompts(1, kDecode, kDecode, V, 7)[0];
-    auto run = [&](const std::vector<std::size_t>& members) {
-      std::vector<std::vector<std::vector<float>>> logits(members.size());
-      for (std::size_t i = 0; i < members.size(); ++i) e->reset_slot(static_cast<int>(i));
-      for (std::size_t step = 0; step <= kDecode; ++step) {
-        std::vector<StepSequence> seqs(members.size());
-        for (std::size_t i = 0; i < members.size(); ++i) {
-          seqs[i].slot = static_cast<int>(i);
-          seqs[i].tokens = step == 0 ? std::span<const std::int32_t>(prompts[members[i]])
-                                     : std::span<const std::int32_t>(fed).subspan(step - 1, 1);
-          seqs[i].output = StepSequence::Output::kAllLogits;
+    for (const std::size_t batch : {16u, 64u}) {
+      const int V = e->config().vocab_size;
+      const auto prompts = random_prompts(batch, 1, 40, V, 101 + static_cast<std::uint32_t>(batch));
+      constexpr std::size_t kDecode = 6;
+      // Decode feeds fixed tokens, so every step's batch is known before it runs.
+      const auto fed = random_prompts(1, kDecode, kDecode, V, 7)[0];
+      auto run = [&](const std::vector<std::size_t>& members) {
+        std::vector<std::vector<std::vector<float>>> logits(members.size());
+        for (std::size_t i = 0; i < members.size(); ++i) e->reset_slot(static_cast<int>(i));
+        for (std::size_t step = 0; step <= kDecode; ++step) {
+          std::vector<StepSequence> seqs(members.size());
+          for (std::size_t i = 0; i < members.size(); ++i) {
+            seqs[i].slot = static_cast<int>(i);
+            seqs[i].tokens = step == 0 ? std::span<const std::int32_t>(prompts[members[i]])
+                                       : std::span<const std::int32_t>(fed).subspan(step - 1, 1);
+            seqs[i].output = StepSequence::Output::kAllLogits;
+          }
+          auto r = e->step(seqs);
+          for (std::size_t i = 0; i < members.size(); ++i)
+            logits[i].push_back(std::move(r.logits[i]));
         }
-        auto r = e->step(seqs);
-        for (std::size_t i = 0; i < members.size(); ++i) logits[i].push_back(std::move(r.logits[i]));
-      }
-      return logits;
-    };
-    std::vector<std::size_t> all(batch);
-    for (std::size_t i = 0; i < batch; ++i) all[i] = batch - 1 - i;  // reversed arrival order
-    const auto together = run(all);
-    for (const std::size_t q : {std::size_t{0}, batch / 2, batch - 1}) {
-      const auto alone = run({q});
-      const std::size_t row = batch - 1 - q;
-      for (std::size_t step = 0; step <= kDecode; ++step) {
-        ASSERT_EQ(alone[0][step].size(), together[row][step].size());
-        ASSERT_EQ(0, std::memcmp(alone[0][step].data(), together[row][step].data(),
-                                 alone[0][step].size() * sizeof(float)))
-            << (exact ? "fp32" : "int8") << " activations, batch " << batch << ", sequence "
-            << q << ", step " << step;
+        return logits;
+      };
+      std::vector<std::size_t> all(batch);
+      for (std::size_t i = 0; i < batch; ++i) all[i] = batch - 1 - i;  // reversed arrival order
+      const auto together = run(all);
+      for (const std::size_t q : {std::size_t{0}, batch / 2, batch - 1}) {
+        const auto alone = run({q});
+        const std::size_t row = batch - 1 - q;
+        for (std::size_t step = 0; step <= kDecode; ++step) {
+          ASSERT_EQ(alone[0][step].size(), together[row][step].size());
+          ASSERT_EQ(0, std::memcmp(alone[0][step].data(), together[row][step].data(),
+                                   alone[0][step].size() * sizeof(float)))
+              << (exact ? "fp32" : "int8") << " activations, batch " << batch << ", sequence " << q
+              << ", step " << step;
+        }
       }
     }
   }

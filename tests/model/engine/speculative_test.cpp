@@ -247,19 +247,25 @@ class DSparkDraftLengths : public ::testing::Test {
     plain_ = generate(plain_engine, one_rank().groups, g_, prompts_, kNew);
     model::engine::tap_for_drafter(*dc.dspark, o_);
   }
-  // The tokens with the drafter and `speculation`, and the run's stats.
+  // The tokens with the drafter and `speculation`, and the run's stats. One engine and drafter
+  // serve every run of a test, as they serve every batch of a job: each run's requests start
+  // from reset slots.
   std::vector<std::vector<std::int32_t>> speculate(model::engine::Speculation& speculation,
                                                    GeneratorStats& stats) {
-    const auto& target = slice(FormatKind::kHf);
-    const auto& draft = slice(FormatKind::kDraft);
-    const model::ModelConfig& dc = draft.checkpoint->config();
-    Engine engine(target.checkpoint->config(), target.loaded.weights, one_rank().groups, o_);
-    model::engine::Drafter drafter(dc, draft.loaded.weights, engine, one_rank().groups,
-                                   model::engine::drafter_options(*dc.dspark, o_));
+    if (!engine_) {
+      const auto& target = slice(FormatKind::kHf);
+      const auto& draft = slice(FormatKind::kDraft);
+      const model::ModelConfig& dc = draft.checkpoint->config();
+      engine_ = std::make_unique<Engine>(target.checkpoint->config(), target.loaded.weights,
+                                         one_rank().groups, o_);
+      drafter_ = std::make_unique<model::engine::Drafter>(
+          dc, draft.loaded.weights, *engine_, one_rank().groups,
+          model::engine::drafter_options(*dc.dspark, o_));
+    }
     GeneratorOptions g = g_;
-    g.drafter = &drafter;
+    g.drafter = drafter_.get();
     g.speculation = &speculation;
-    return generate(engine, one_rank().groups, g, prompts_, kNew, {}, &stats);
+    return generate(*engine_, one_rank().groups, g, prompts_, kNew, {}, &stats);
   }
   static model::engine::SpeculationOptions forced(
       std::function<int(const model::engine::SpeculationCandidate&)> k) {
@@ -276,6 +282,8 @@ class DSparkDraftLengths : public ::testing::Test {
   std::vector<std::vector<std::int32_t>> prompts_, plain_;
   GeneratorOptions g_;
   EngineOptions o_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<model::engine::Drafter> drafter_;  // drafts for *engine_
 };
 
 TEST_F(DSparkDraftLengths, EveryForcedLengthKeepsThePlainTokens) {
