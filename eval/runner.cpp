@@ -291,13 +291,19 @@ EvalOutcome run_gsm8k(model::engine::Engine& engine, const dist::Groups& groups,
 namespace {
 
 // Two untimed requests on every DP group: `warm` (2 new tokens), then `smoke` (a few tokens,
-// handed to on_smoke on every rank that ran it).
+// handed to on_smoke on every rank that ran it). With adaptive speculation the first calibrates
+// the cost model for the batch the timed run will hold: `prompts` shared out over the DP groups,
+// up to max_running_requests (a group given more calibrates the rest in the timed run).
 void warm_up_rounds(model::engine::Engine& engine, const dist::Groups& groups,
                     const std::vector<std::int32_t>& warm, const std::vector<std::int32_t>& smoke,
-                    std::size_t smoke_tokens, const RunnerOptions& options,
+                    std::size_t smoke_tokens, std::size_t prompts, const RunnerOptions& options,
                     const std::function<void(const Completion&)>& on_smoke) {
   model::engine::GeneratorOptions g = options.generator;
   g.max_running_requests = 1;
+  const auto dp = static_cast<std::size_t>(groups.layout().group_count(dist::GroupKind::kAttnTp));
+  g.calibration_requests =
+      std::clamp<std::size_t>((prompts + dp - 1) / dp, 1,
+                              static_cast<std::size_t>(options.generator.max_running_requests));
   for (int round = 0; round < 2; ++round) {
     Generator gen(engine, groups, g);
     Request r;
@@ -313,9 +319,13 @@ void warm_up_rounds(model::engine::Engine& engine, const dist::Groups& groups,
     r.sampling = options.sampling;
     std::vector<Request> one{r};
     gen.validate(one);
-    gen.run(one, {}, [&](const Request&, const Completion& c) {
+    const auto stats = gen.run(one, {}, [&](const Request&, const Completion& c) {
       if (round == 1) on_smoke(c);
     });
+    if (stats.calibration_seconds > 0) {
+      spdlog::info("speculation: step costs measured for a batch of {} in {:.2f} s",
+                   g.calibration_requests, stats.calibration_seconds);
+    }
   }
 }
 
@@ -323,10 +333,11 @@ void warm_up_rounds(model::engine::Engine& engine, const dist::Groups& groups,
 
 std::string warm_up(model::engine::Engine& engine, const dist::Groups& groups,
                     const model::Tokenizer& tokenizer, const TokenizedPrompts& tokens,
-                    const RunnerOptions& options) {
+                    std::size_t prompts, const RunnerOptions& options) {
   std::string smoke;
   warm_up_rounds(engine, groups, tokens.prefix.empty() ? tokens.prompts.at(0) : tokens.prefix,
-                 tokens.prompts.at(0), options.max_new_tokens, options, [&](const Completion& c) {
+                 tokens.prompts.at(0), options.max_new_tokens, prompts, options,
+                 [&](const Completion& c) {
                    std::vector<std::int32_t> text_ids;  // specials skipped, as in the results
                    for (std::int32_t id : c.tokens)
                      if (!tokenizer.is_special(id)) text_ids.push_back(id);
@@ -336,10 +347,10 @@ std::string warm_up(model::engine::Engine& engine, const dist::Groups& groups,
 }
 
 void warm_up_throughput(model::engine::Engine& engine, const dist::Groups& groups,
-                        const std::vector<std::int32_t>& first_prompt,
+                        const std::vector<std::int32_t>& first_prompt, std::size_t prompts,
                         const RunnerOptions& options) {
-  warm_up_rounds(engine, groups, first_prompt, first_prompt, options.max_new_tokens, options,
-                 [](const Completion&) {});
+  warm_up_rounds(engine, groups, first_prompt, first_prompt, options.max_new_tokens, prompts,
+                 options, [](const Completion&) {});
 }
 
 ThroughputOutcome run_throughput(model::engine::Engine& engine, const dist::Groups& groups,

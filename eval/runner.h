@@ -78,10 +78,11 @@ EvalOutcome run_gsm8k(model::engine::Engine& engine, const dist::Groups& groups,
                       const std::function<void(const QuestionResult&)>& on_result);
 
 // A warm-up request and a smoke request (the first prompt, a few tokens) on every DP group,
-// untimed; returns the smoke completion's text on rank 0.
+// untimed; returns the smoke completion's text on rank 0. `prompts`: how many the timed run
+// evaluates (adaptive speculation calibrates for their batch here).
 std::string warm_up(model::engine::Engine& engine, const dist::Groups& groups,
                     const model::Tokenizer& tokenizer, const TokenizedPrompts& tokens,
-                    const RunnerOptions& options);
+                    std::size_t prompts, const RunnerOptions& options);
 
 // Prompt i generates exactly output_lens[i] tokens (stop tokens ignored), every request
 // submitted at the start; collective over the world. The outcome's speculative counts are every
@@ -94,7 +95,7 @@ ThroughputOutcome run_throughput(model::engine::Engine& engine, const dist::Grou
 // Untimed warm-up before a throughput measurement: on every DP group, a few tokens of the first
 // prompt with two new tokens, then the first prompt whole with a few (the smoke request).
 void warm_up_throughput(model::engine::Engine& engine, const dist::Groups& groups,
-                        const std::vector<std::int32_t>& first_prompt,
+                        const std::vector<std::int32_t>& first_prompt, std::size_t prompts,
                         const RunnerOptions& options);
 
 }  // namespace k3::eval

@@ -371,7 +371,9 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
                groups.layout().group_count(dist::GroupKind::kAttnTp));
 
   dist::set_stage("warm-up");
-  const std::string smoke = eval::warm_up(*engine, groups, tokenizer, tokens, ro);
+  const std::string smoke = eval::warm_up(
+      *engine, groups, tokenizer, tokens,
+      prompts.prompts.size() - std::min(done.size(), prompts.prompts.size()), ro);
   spdlog::info("warm-up and smoke request done; smoke completion: {:?}", smoke);
   inject_faults(o, runtime.rank());
 
@@ -491,7 +493,7 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
     check.validate(all);
   });
   dist::set_stage("warm-up");
-  eval::warm_up_throughput(*engine, groups, prompts.at(0), ro);
+  eval::warm_up_throughput(*engine, groups, prompts.at(0), prompts.size(), ro);
   dist::set_stage("throughput generation");
   spdlog::info("throughput: {} {} prompts, all in flight", prompts.size(), o.dataset_name);
   const dist::TrafficCounts traffic_before = dist::traffic_counts();

@@ -127,7 +127,10 @@ class GenerationRun {
   }
 
   GeneratorStats run() {
-    if (speculation_ && speculation_->adaptive()) calibrate();
+    if (speculation_ && speculation_->adaptive()) {
+      const double start = now();
+      if (calibrate()) stats_.calibration_seconds = now() - start;
+    }
     start_prefixes();
     while (true) {
       const double loop_start = now();
@@ -149,26 +152,30 @@ class GenerationRun {
   double now() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
   int prefix_slots() const { return static_cast<int>(prefixes_.size()); }
 
-  // The cost model's points up to the batch this run can hold (a run of more requests than any
-  // before it adds the missing ones), before any slot is in use: verify steps on slot 0 of 1,
-  // then running x 1, 2, 4 .. (block + 1) rows, drafter calls for 1 and `running` requests and
-  // context projections; each the faster of two (verify steps above `running` rows, dear and
-  // steady, once), averaged over the world so that every rank of a DP group knows the same
-  // times. Few points, as each costs a step: between them the curve interpolates, and real
+  // The cost model's points up to the batch this run can hold, or calibration_requests (a run
+  // of more requests than any before it adds the missing ones), before any slot is in use:
+  // verify steps on slot 0 of 1, then running x 1, 2, 4 .. (block + 1) rows, drafter calls for
+  // 1 and `running` requests and context projections; each the faster of two (verify steps
+  // above `running` rows, dear and steady, once), averaged over the world so that every rank of
+  // a DP group knows the same times. Few points, as each costs a step: between them the curve interpolates, and real
   // steps scale it. The larger steps stop once doubling the rows costs nearly double (at least
   // 2 / (1 + kMinGain) times): the step is compute-bound there, each further row costs what the
   // last ones did, and the slope that extends the curve beyond its last point says just that.
-  // A deep model's batch-16 calibration then skips its 64- and 128-row steps.
-  void calibrate() {
+  // A deep model's batch-16 calibration then skips its 64- and 128-row steps. False when the
+  // model already had every point.
+  bool calibrate() {
     const auto block = static_cast<std::size_t>(speculation_->block());
     // Every rank calibrates the same steps: the largest batch over the DP groups.
-    std::array<std::uint64_t, 1> largest = {requests_.size()};
+    const std::size_t wanted =
+        options_.calibration_requests > 0
+            ? options_.calibration_requests
+            : std::min(static_cast<std::size_t>(options_.max_running_requests), requests_.size());
+    std::array<std::uint64_t, 1> largest = {wanted};
     dist::allreduce(groups_.world(), std::span<std::uint64_t>(largest), dist::ReduceOp::kMax);
-    const auto running = std::min<std::size_t>(
-        {static_cast<std::size_t>(std::min(options_.max_running_requests, engine_.options().slots)),
-         static_cast<std::size_t>(largest[0])});
+    const auto running = std::min(static_cast<std::size_t>(engine_.options().slots),
+                                  static_cast<std::size_t>(largest[0]));
     const std::size_t known = speculation_->cost().calibrated_requests();
-    if (running == 0 || known >= running) return;
+    if (running == 0 || known >= running) return false;
     const std::size_t context = engine_.options().context_length;
     const std::size_t max_rows = std::min(running * (block + 1), context);
     const std::size_t known_rows = std::min(known * (block + 1), context);
@@ -270,6 +277,7 @@ class GenerationRun {
     }
     engine_.reset_slot(0);
     for (int r = 0; r < static_cast<int>(running); ++r) drafter_->reset_slot(r);
+    return true;
   }
 
   // Prefix snapshots first, each in its own slot; requests wait until all are computed.

@@ -94,6 +94,10 @@ struct GeneratorOptions {
   // whole block. Adaptive: the first run on the engine measures the step times first (a few
   // verify steps of growing size and drafter calls, on free slots).
   Speculation* speculation = nullptr;
+  // The batch the adaptive cost model is calibrated for (0: this run's own, its requests up to
+  // max_running_requests). A warm-up sets the evaluation's, so that its calibration steps are
+  // not spent inside the timed run.
+  std::size_t calibration_requests = 0;
 };
 
 struct GeneratorStats {
@@ -112,6 +116,7 @@ struct GeneratorStats {
   // Which K the decode rows verified (k_rounds[0]: plain decode rows beside a drafter), and the
   // time of the decoding steps against the cost model's estimate for decoding them plainly.
   SpeculationTally speculation;
+  double calibration_seconds = 0;  // measuring the speculation cost model at the run's start
   double seconds = 0;
 };
 

@@ -252,6 +252,13 @@ class DSparkDraftLengths : public ::testing::Test {
   // from reset slots.
   std::vector<std::vector<std::int32_t>> speculate(model::engine::Speculation& speculation,
                                                    GeneratorStats& stats) {
+    make_engine();
+    GeneratorOptions g = g_;
+    g.drafter = drafter_.get();
+    g.speculation = &speculation;
+    return generate(*engine_, one_rank().groups, g, prompts_, kNew, {}, &stats);
+  }
+  void make_engine() {
     if (!engine_) {
       const auto& target = slice(FormatKind::kHf);
       const auto& draft = slice(FormatKind::kDraft);
@@ -262,10 +269,6 @@ class DSparkDraftLengths : public ::testing::Test {
           dc, draft.loaded.weights, *engine_, one_rank().groups,
           model::engine::drafter_options(*dc.dspark, o_));
     }
-    GeneratorOptions g = g_;
-    g.drafter = drafter_.get();
-    g.speculation = &speculation;
-    return generate(*engine_, one_rank().groups, g, prompts_, kNew, {}, &stats);
   }
   static model::engine::SpeculationOptions forced(
       std::function<int(const model::engine::SpeculationCandidate&)> k) {
@@ -324,6 +327,30 @@ TEST_F(DSparkDraftLengths, AdaptiveKeepsThePlainTokensAndMeasuresTheHostOnce) {
   EXPECT_GT(stats.speculation.plain_estimate_s, 0.0);
   GeneratorStats again;  // a second run reuses the measured model
   EXPECT_EQ(speculate(speculation, again), plain_);
+}
+
+// A warm-up run of one request calibrates the cost model for the batch the run after it holds
+// (GeneratorOptions::calibration_requests), so that run measures nothing before its first step;
+// without the hint the warm-up calibrates for its own single request and the run for its three.
+TEST_F(DSparkDraftLengths, AWarmUpCalibratesForTheBatchOfTheRunAfterIt) {
+  for (const bool hinted : {true, false}) {
+    model::engine::Speculation speculation(kBlock, {});
+    GeneratorOptions warm = g_;
+    warm.max_running_requests = 1;
+    warm.calibration_requests = hinted ? g_.max_running_requests : 0;
+    GeneratorStats warm_stats, timed;
+    make_engine();
+    warm.drafter = drafter_.get();
+    warm.speculation = &speculation;
+    generate(*engine_, one_rank().groups, warm, {prompts_[0]}, 2, {}, &warm_stats);
+    EXPECT_GT(warm_stats.calibration_seconds, 0.0) << "hinted " << hinted;
+    EXPECT_EQ(speculate(speculation, timed), plain_) << "hinted " << hinted;
+    if (hinted) {
+      EXPECT_EQ(timed.calibration_seconds, 0.0);
+    } else {
+      EXPECT_GT(timed.calibration_seconds, 0.0);
+    }
+  }
 }
 
 // The synthetic hf target and two drafters of the synthetic draft over `slots` slots on one rank:
