@@ -301,9 +301,9 @@ void warm_up_rounds(model::engine::Engine& engine, const dist::Groups& groups,
   model::engine::GeneratorOptions g = options.generator;
   g.max_running_requests = 1;
   const auto dp = static_cast<std::size_t>(groups.layout().group_count(dist::GroupKind::kAttnTp));
-  g.calibration_requests =
-      std::clamp<std::size_t>((prompts + dp - 1) / dp, 1,
-                              static_cast<std::size_t>(options.generator.max_running_requests));
+  g.calibration_requests = std::clamp<std::size_t>(
+      (prompts + dp - 1) / dp, 1,
+      static_cast<std::size_t>(std::max(1, options.generator.max_running_requests)));
   for (int round = 0; round < 2; ++round) {
     Generator gen(engine, groups, g);
     Request r;

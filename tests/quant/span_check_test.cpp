@@ -5,12 +5,11 @@
 
 #include <cctype>
 #include <memory>
-#include <string>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "quant/activations.h"
-#include "quant/isa.h"
 #include "quant/kernels.h"
 #include "quant/quantize.h"
 #include "quant/repack.h"
