@@ -152,17 +152,17 @@ class GenerationRun {
   double now() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
   int prefix_slots() const { return static_cast<int>(prefixes_.size()); }
 
-  // The cost model's points up to the batch this run can hold, or calibration_requests (a run
-  // of more requests than any before it adds the missing ones), before any slot is in use:
-  // verify steps on slot 0 of 1, then running x 1, 2, 4 .. (block + 1) rows, drafter calls for
-  // 1 and `running` requests and context projections; each the faster of two (verify steps
-  // above `running` rows, dear and steady, once), averaged over the world so that every rank of
-  // a DP group knows the same times. Few points, as each costs a step: between them the curve interpolates, and real
-  // steps scale it. The larger steps stop once doubling the rows costs nearly double (at least
-  // 2 / (1 + kMinGain) times): the step is compute-bound there, each further row costs what the
-  // last ones did, and the slope that extends the curve beyond its last point says just that.
-  // A deep model's batch-16 calibration then skips its 64- and 128-row steps. False when the
-  // model already had every point.
+  // The cost model's points up to the batch this run can hold, or calibration_requests (a run of
+  // more requests than any before it adds the missing ones), before any slot is in use: verify
+  // steps on slot 0 of 1, then running x 1, 2, 4 .. (block + 1) rows, drafter calls for 1 and
+  // `running` requests and context projections; each the faster of two (verify steps above
+  // `running` rows, dear and steady, once), averaged over the world so that every rank of a DP
+  // group knows the same times. Few points, as each costs a step: between them the curve
+  // interpolates, and real steps scale it. The larger steps stop once doubling the rows costs
+  // nearly double (at least 2 / (1 + kMinGain) times): the step is compute-bound there, each
+  // further row costs what the last ones did, and the slope that extends the curve beyond its last
+  // point says just that. A deep model's batch-16 calibration then skips its 64- and 128-row steps.
+  // False when the model already had every point.
   bool calibrate() {
     const auto block = static_cast<std::size_t>(speculation_->block());
     // Every rank calibrates the same steps: the largest batch over the DP groups.

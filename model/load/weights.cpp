@@ -84,7 +84,8 @@ void Weight::floats_into(std::span<float> out) const {
     // Every expert has the same shape: each is decoded straight into its place.
     const std::size_t experts = static_cast<std::size_t>(shape.at(0));
     const std::size_t per = out.size() / experts;
-    for (std::size_t e = 0; e < experts; ++e) quant::dequantize(expert(e), out.subspan(e * per, per));
+    for (std::size_t e = 0; e < experts; ++e)
+      quant::dequantize(expert(e), out.subspan(e * per, per));
     return;
   }
   quant::dequantize(view(), out);

@@ -36,7 +36,8 @@ TEST_P(SpanCheck, FreedWeightsAreReported) {
   const auto x = values(kBatch * kCols);
   EXPECT_DEATH(
       {
-        auto q = std::make_unique<QuantizedMatrix>(quantize(GetParam(), values(kRows * kCols), kRows, kCols));
+        auto q = std::make_unique<QuantizedMatrix>(
+            quantize(GetParam(), values(kRows * kCols), kRows, kCols));
         const MatrixView w = q->view();
         q.reset();
         std::vector<float> y(kBatch * kRows);
