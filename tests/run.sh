@@ -33,56 +33,15 @@ timed build jobs/build.sh -DBUILD_TESTING=ON -DK3_BUILD_BENCHMARKS=ON
 # Oversubscribed MPI ranks on 2 cores, as root in CI.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
 
-# The sanitizer and fuzzing trees build while the release tests run, at the lowest CPU priority:
-# many of those tests wait (timeouts, lost hosts, ranks taking turns on the cores), and the
-# compilers take the idle time without slowing them. Their output goes to a log, printed after
-# the release tests; each step's time and status to a file read back then.
-background_log=$root/build/background-builds.log
-background_steps=$(mktemp)
-background_builds() {
-  local t0 rc
-  t0=$SECONDS rc=0
-  K3_BUILD_DIR="$root/build-asan" \
-    K3_BUILD_TARGETS="common_tests quant_tests quant_span_tests tokenizer_tests model_tests eval_tests engine_tests k3ckpt" \
-    jobs/build.sh -DK3_SANITIZE=ON -DK3_BUILD_BENCHMARKS=OFF || rc=$?
-  echo "build-asan $((SECONDS - t0)) $rc" >>"$background_steps"
-  t0=$SECONDS rc=0
-  tests/fuzz/run_fuzzers.sh --build-only || rc=$?
-  echo "build-fuzz $((SECONDS - t0)) $rc" >>"$background_steps"
-}
-(renice -n 19 -p "$BASHPID" >/dev/null && background_builds) >"$background_log" 2>&1 &
-background=$!
-
 stage release bash -c 'cd build && ctest --output-on-failure -j "$(nproc)"'
 
-# The background builds: their times (the part after the release tests is what they added),
-# their output, and a failed one failing its stage.
-t0=$SECONDS
-wait "$background" || true
-echo "run.sh: the background builds ended $((SECONDS - t0)) s after the release tests; their output:"
-cat "$background_log"
-built_asan=false built_fuzz=false
-while read -r name seconds rc; do
-  step_times+=("$(printf '%-22s %5d s%s' "$name (background)" "$seconds" "$([[ $rc -eq 0 ]] || echo ' FAILED')")")
-  echo "run.sh: ${step_times[-1]}"
-  if [[ $rc -eq 0 && $name == build-asan ]]; then built_asan=true; fi
-  if [[ $rc -eq 0 && $name == build-fuzz ]]; then built_fuzz=true; fi
-done <"$background_steps"
-rm -f "$background_steps"
-
 # Everything that decodes untrusted bytes, again under AddressSanitizer + UBSan.
-if $built_asan; then
-  stage sanitizers bash -c 'cd build-asan && ctest --output-on-failure -j "$(nproc)" -L "common|quant|tokenizer|model|eval|engine" -LE mpi'
-else
-  failed=$((failed + 1)); echo "stage sanitizers FAILED: the sanitizer tree did not build" >&2
-fi
+K3_BUILD_DIR="$root/build-asan" K3_BUILD_TARGETS="common_tests quant_tests quant_span_tests tokenizer_tests model_tests eval_tests engine_tests k3ckpt" \
+  timed build-asan jobs/build.sh -DK3_SANITIZE=ON -DK3_BUILD_BENCHMARKS=OFF
+stage sanitizers bash -c 'cd build-asan && ctest --output-on-failure -j "$(nproc)" -L "common|quant|tokenizer|model|eval|engine" -LE mpi'
 
 # The untrusted-input readers under libFuzzer (clang, ASan + UBSan), a bounded time each.
-if $built_fuzz; then
-  stage fuzzing tests/fuzz/run_fuzzers.sh "${K3_FUZZ_SECONDS:-60}"
-else
-  failed=$((failed + 1)); echo "stage fuzzing FAILED: the fuzzing tree did not build" >&2
-fi
+stage fuzzing tests/fuzz/run_fuzzers.sh "${K3_FUZZ_SECONDS:-60}"
 
 printf '%s\n' "${step_times[@]}"
 echo "stages: $passed passed, $failed failed; $SECONDS s in all"

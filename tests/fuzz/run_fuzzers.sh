@@ -5,11 +5,8 @@
 # checkpoints. Inputs in tests/fuzz/regressions/<target>/ (past crashes) are replayed first.
 # A crash fails the run and leaves its input in build-fuzz/crashes/ for a regression test.
 # Usage: tests/fuzz/run_fuzzers.sh [seconds per target, default 60]
-#        tests/fuzz/run_fuzzers.sh --build-only   (the targets and their seeds, no fuzzing)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-build_only=false
-if [[ ${1:-} == --build-only ]]; then build_only=true; shift; fi
 seconds=${1:-60}
 build=$root/build-fuzz
 if [[ ! -f $build/CMakeCache.txt ]]; then
@@ -42,7 +39,6 @@ cp "$ck/modelslim/config.json" "$seeds/fuzz_config_json/"
 cp "$ck/draft/config.json" "$seeds/fuzz_config_json/draft-config.json"
 if [[ -f $ck/modelslim/tiktoken.model ]]; then cp "$ck/modelslim/tiktoken.model" "$seeds/fuzz_tiktoken/"; fi
 for f in "$ck"/gguf/*.gguf; do head -c 65536 "$f" >"$seeds/fuzz_gguf/$(basename "$f").head"; done
-$build_only && exit 0
 
 # One target: its past crashes replayed, then fuzzed; what it printed goes to $build/$t.summary
 # and its verdict (0 or 1) to $build/$t.rc.
