@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "dist/runtime.h"
 #include "tests/support/mpi_test.h"
@@ -41,6 +42,10 @@ dist::Runtime& runtime() { return *g_runtime; }
 }  // namespace k3::test
 
 int main(int argc, char** argv) {
+  // Started without mpirun (a one-rank test, one process per test under ctest), Open MPI would
+  // fork a daemon for the singleton, about a quarter of a second per process, that these tests
+  // never use (they spawn no processes): the singleton runs without one.
+  setenv("OMPI_MCA_ess_singleton_isolated", "1", /*overwrite=*/0);
   k3::dist::Runtime runtime(argc, argv);
   k3::test::g_runtime = &runtime;
   ::testing::InitGoogleTest(&argc, argv);
