@@ -3,8 +3,9 @@
 #   * build/      Release: unit tests, MPI tests under mpirun (1, 8, 64 ranks), CLI tests, the
 #                 mutation run (tests/mutants/);
 #   * build-asan/ quant, tokenizer, checkpoint, eval and one-rank engine tests again under
-#                 AddressSanitizer + UBSan (built at -O1; the GEMM kernels the engine links check
-#                 their buffers once per product, quant_tests' every load: quant/README.md);
+#                 AddressSanitizer + UBSan (built at -O1; the GEMM kernels the engine links are
+#                 built as in release and check their buffers once per product, quant_tests'
+#                 every load: quant/README.md);
 #   * build-fuzz/ libFuzzer on the untrusted-input readers, one target per core at a time.
 # Prints each step's wall time as it ends, and all of them at the end.
 set -euo pipefail
