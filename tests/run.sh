@@ -5,7 +5,7 @@
 #   * build-asan/ quant, tokenizer, checkpoint, eval and one-rank engine tests again under
 #                 AddressSanitizer + UBSan (built at -O1; the GEMM kernels the engine links are
 #                 built as in release and check their buffers once per product, quant_tests'
-#                 every load: quant/README.md);
+#                 every load: quant/README.md; eval_tests' and common_tests' own code at -O0);
 #   * build-fuzz/ libFuzzer on the untrusted-input readers, one target per core at a time.
 # Prints each step's wall time as it ends, and all of them at the end.
 set -euo pipefail
