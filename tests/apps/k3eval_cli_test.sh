@@ -131,17 +131,21 @@ case $case_name in
   plan_only_full_351_shards_64)
     # The production failure at its real scale: 64 ranks pre-flight the full-size ModelSlim
     # checkpoint (header-only, sparse), then the same with layer 55's kv_b_proj renamed in
-    # shard 207. Nothing but headers is read either way.
-    "$k3ckpt" synth --preset full --format modelslim --header-only --shards 351 --out "$work/full" >/dev/null ||
-      fail "synth failed"
-    run 64 "${production[@]}" --model-path "$work/full" --plan-only
+    # shard 207. Nothing but headers is read either way. The k3ckpt_synth_full_351_shards test
+    # writes the checkpoint (k3ckpt synth --preset full --format modelslim --header-only
+    # --shards 351); this case damages it, so that test runs again before every run of this one.
+    full=$(dirname "$work")/full-351-modelslim
+    if [[ ! -f $full/model.safetensors.index.json ]]; then
+      fail "no full-size checkpoint in $full (the k3ckpt_synth_full_351_shards test writes it)"
+    fi
+    run 64 "${production[@]}" --model-path "$full" --plan-only
     expect_rc 0
     expect_out "format: modelslim (quantized_latent_projections, modelslim_quantization, tiktoken_vocabulary)"
     expect_out "plan-only: 351 shards, 746618 tensors, 1329.814 GiB checked without reading tensor data"
     [[ $(grep -c '^rank .* MiB to read from .* shard(s), peak RSS' <<<"$out") -eq 64 ]] ||
       fail "expected one line per rank: $out"
-    expect_err_once "[rank  0/64] [info] model $work/full: format modelslim"
-    python3 - "$work/full" <<'PY' || fail "could not damage the checkpoint"
+    expect_err_once "[rank  0/64] [info] model $full: format modelslim"
+    python3 - "$full" <<'PY' || fail "could not damage the checkpoint"
 import json, struct, sys, pathlib
 d = pathlib.Path(sys.argv[1])
 name = "language_model.model.layers.55.self_attn.kv_b_proj.weight"
@@ -153,7 +157,7 @@ with open(shard, "r+b") as f:
     f.seek(8)
     f.write(header.replace(name.encode(), name.replace("kv_b_proj", "kv_b_lost").encode()))
 PY
-    run 64 "${production[@]}" --model-path "$work/full" --plan-only
+    run 64 "${production[@]}" --model-path "$full" --plan-only
     expect_rc 2
     expect_err_once "model-00207-of-00351.safetensors, but no shard holds it"
     [[ -z $out ]] || fail "a rejected checkpoint printed a plan: $out"
