@@ -131,12 +131,13 @@ case $case_name in
   plan_only_full_351_shards_64)
     # The production failure at its real scale: 64 ranks pre-flight the full-size ModelSlim
     # checkpoint (header-only, sparse), then the same with layer 55's kv_b_proj renamed in
-    # shard 207. Nothing but headers is read either way. The k3ckpt_synth_full_351_shards test
-    # writes the checkpoint (k3ckpt synth --preset full --format modelslim --header-only
-    # --shards 351); this case damages it, so that test runs again before every run of this one.
+    # shard 207. Nothing but headers is read either way. The checkpoint is the
+    # k3ckpt_synth_full_351_shards fixture's (tests/apps/CMakeLists.txt); this case damages it, so
+    # ctest writes it again before every run of this one.
     full=$(dirname "$work")/full-351-modelslim
     if [[ ! -f $full/model.safetensors.index.json ]]; then
-      fail "no full-size checkpoint in $full (the k3ckpt_synth_full_351_shards test writes it)"
+      echo "FAIL [$case_name]: no full-size checkpoint in $full (the k3ckpt_synth_full_351_shards test writes it)" >&2
+      exit 1
     fi
     run 64 "${production[@]}" --model-path "$full" --plan-only
     expect_rc 0
