@@ -184,7 +184,8 @@ mh_down() {
   [[ -z $MH_HOSTFILE ]] || pkill -KILL -f -- "$MH_HOSTFILE" 2>/dev/null || true
   mh_down_names "$MH_SLOT"
   [[ -z $MH_STATE ]] || rm -rf "$MH_STATE"
-  exec {MH_LOCK_FD}>&- 2>/dev/null || true
+  # In braces: a bare exec would make the 2>/dev/null the shell's own stderr from here on.
+  { exec {MH_LOCK_FD}>&-; } 2>/dev/null || true
   MH_SLOT=""
   MH_HOSTS=()
 }
