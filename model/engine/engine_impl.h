@@ -77,6 +77,29 @@ struct Slot {
   std::vector<std::vector<float>> conv_inputs;
 };
 
+// The buffers the attention and MoE blocks reuse from layer to layer and step to step, resized
+// and zeroed for each use, instead of allocating them per layer (an allocator that maps large
+// blocks afresh, as AddressSanitizer's does above 128 KiB, faults and zeroes their pages every
+// time). They keep the largest step's size (a prefill chunk's) while the engine lives. Each
+// holds what the local of the same name in mla.cpp / kda_layer.cpp / moe.cpp holds; nothing in
+// them outlives the call that fills them.
+struct MlaScratch {
+  std::vector<float> qa, q, kv, gate, q_nope, q_lat, o_lat, qfull, scores, v, o;
+};
+struct KdaScratch {
+  std::vector<float> q, k, v, fa, z, b, gate, decay_gate, o, history;
+  std::vector<KdaHead> heads;            // per (sequence, head) of a plain step
+  std::vector<std::vector<float>> work;  // per (sequence, head) of a verify step: D x D
+};
+struct MoeScratch {
+  std::vector<std::vector<float>> gate_up;  // per local expert: its rows' [gate | up]
+};
+// `buffer` as n zeros, its capacity kept: a scratch buffer ready for one use.
+inline std::vector<float>& zeroed(std::vector<float>& buffer, std::size_t n) {
+  buffer.assign(n, 0.0f);
+  return buffer;
+}
+
 // A matrix the engine (or a drafter) multiplies: dequantized to F32 when `exact`, else
 // repacked (Linear::repacked) when `repack`, else in place. A repacked copy of mapped
 // checkpoint bytes releases their pages from the resident set (FileMapping::release); `mapped`
@@ -118,6 +141,9 @@ struct Engine::Impl {
   std::size_t conv_kernel = 4;
 
   std::vector<Slot> slots;
+  detail::MlaScratch mla_scratch;
+  detail::KdaScratch kda_scratch;
+  detail::MoeScratch moe_scratch;
 
   Impl(const ModelConfig& config, const WeightStore& ws, const dist::Groups& g,
        const EngineOptions& o);

@@ -43,7 +43,14 @@ void Engine::Impl::kda(const KdaLayer& w, const Rows& x, std::span<const StepSeq
   const std::size_t H = hidden, D = kda_dim, P = kda_width, kernel = conv_kernel;
   const std::size_t T = br.total;
   const std::size_t past = kernel - 1;
-  Rows q(T * P), k(T * P), v(T * P), fa(T * D), z(T * P), b(T * kda_heads), gate(T * P);
+  KdaScratch& scratch = kda_scratch;
+  Rows& q = zeroed(scratch.q, T * P);
+  Rows& k = zeroed(scratch.k, T * P);
+  Rows& v = zeroed(scratch.v, T * P);
+  Rows& fa = zeroed(scratch.fa, T * D);
+  Rows& z = zeroed(scratch.z, T * P);
+  Rows& b = zeroed(scratch.b, T * kda_heads);
+  Rows& gate = zeroed(scratch.gate, T * P);
   SharedInput in(x, T);
   in.apply(w.q, q);
   in.apply(w.k, k);
@@ -57,7 +64,7 @@ void Engine::Impl::kda(const KdaLayer& w, const Rows& x, std::span<const StepSeq
 
   // The gates of every token at once: decay sigmoid(A (f_b f_a x + dt_bias)) (scaled by the
   // lower bound below), beta = sigmoid(b x), the output gate sigmoid(g x).
-  Rows decay_gate(T * P);
+  Rows& decay_gate = zeroed(scratch.decay_gate, T * P);
   for (std::size_t t = 0; t < T; ++t)
     for (std::size_t h = 0; h < kda_heads; ++h)
       for (std::size_t d = 0; d < D; ++d) {
@@ -70,10 +77,10 @@ void Engine::Impl::kda(const KdaLayer& w, const Rows& x, std::span<const StepSeq
 
   // 1. Causal depthwise conv (over the window of previous pre-conv inputs) then SiLU. A verify
   //    step leaves the window alone and keeps its tokens' inputs for Engine::commit.
-  Rows o(T * P);
+  Rows& o = zeroed(scratch.o, T * P);
   Rows* proj[3] = {&q, &k, &v};
   const std::vector<float>* taps[3] = {&w.conv_q, &w.conv_k, &w.conv_v};
-  Rows history;
+  Rows& history = scratch.history;
   for (std::size_t i = 0; i < batch.size(); ++i) {
     Slot& s = slots[static_cast<std::size_t>(batch[i].slot)];
     const auto layer = static_cast<std::size_t>(w.state_index);
@@ -101,14 +108,15 @@ void Engine::Impl::kda(const KdaLayer& w, const Rows& x, std::span<const StepSeq
   // the sequence's tokens, the per-head RMSNorm and the output gate. Each pair owns its state
   // and its output columns, so the order does not matter.
   const std::size_t pairs = batch.size() * kda_heads;
+  if (scratch.heads.size() < pairs) scratch.heads.resize(pairs);
+  if (scratch.work.size() < pairs) scratch.work.resize(pairs);
   oneapi::tbb::parallel_for(std::size_t{0}, pairs, [&](std::size_t pair) {
     const std::size_t i = pair / kda_heads, h = pair % kda_heads;
-    Slot& s = slots[static_cast<std::size_t>(batch[i].slot)];
+    Slot& slot = slots[static_cast<std::size_t>(batch[i].slot)];
     const std::size_t n = br.count[i], off = br.offset[i];
     const auto layer = static_cast<std::size_t>(w.state_index);
     // A verify step's head inputs stay in the slot for Engine::commit (reusing its buffers).
-    KdaHead local;
-    KdaHead& head = batch[i].speculative ? s.kda_pending[layer][h] : local;
+    KdaHead& head = batch[i].speculative ? slot.kda_pending[layer][h] : scratch.heads[pair];
     head.resize(n, D);
     for (std::size_t j = 0; j < n; ++j) {
       const std::size_t t = off + j;
@@ -126,11 +134,12 @@ void Engine::Impl::kda(const KdaLayer& w, const Rows& x, std::span<const StepSeq
       }
       head.beta[j] = b[t * kda_heads + h];
     }
-    float* S = &s.kda[layer][h * D * D];
+    float* S = &slot.kda[layer][h * D * D];
     if (batch[i].speculative) {
       // The token recurrence from the state, which it leaves alone, in a scratch state;
       // Engine::commit replays the accepted tokens on the state.
-      std::vector<float> work(D * D);
+      std::vector<float>& work = scratch.work[pair];
+      work.resize(D * D);
       kda_recurrent(head, S, work.data());
     } else if (n > 1 && opt.kda_chunk > 0) {
       kda_chunked(head, S, opt.kda_chunk, lower);

@@ -27,7 +27,11 @@ void Engine::Impl::mla(const MlaLayer& w, const Rows& x, std::span<const StepSeq
   const std::size_t C = KL + R;  // one cache row
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(N + R)));
 
-  Rows qa(T * QL), q(T * mla_heads * QH), kv(T * C), gate(T * mla_heads * Vd);
+  MlaScratch& scratch = mla_scratch;
+  Rows& qa = zeroed(scratch.qa, T * QL);
+  Rows& q = zeroed(scratch.q, T * mla_heads * QH);
+  Rows& kv = zeroed(scratch.kv, T * C);
+  Rows& gate = zeroed(scratch.gate, T * mla_heads * Vd);
   SharedInput in(x, T);
   in.apply(w.q_a, qa);
   rms_norm(qa.data(), T, QL, w.q_a_norm, kLowRankEps, qa.data());
@@ -45,18 +49,22 @@ void Engine::Impl::mla(const MlaLayer& w, const Rows& x, std::span<const StepSeq
   }
 
   // Per head: q_lat = K_h^T q_nope for every token of the step (one product per head).
-  Rows q_lat(mla_heads * T * KL);
+  Rows& q_lat = zeroed(scratch.q_lat, mla_heads * T * KL);
+  Rows& q_nope_all = zeroed(scratch.q_nope, mla_heads * T * N);
   oneapi::tbb::parallel_for(std::size_t{0}, mla_heads, [&](std::size_t h) {
-    Rows q_nope(T * N);
+    float* q_nope = &q_nope_all[h * T * N];
     for (std::size_t t = 0; t < T; ++t)
       std::copy_n(&q[(t * mla_heads + h) * QH], N, &q_nope[t * N]);
-    w.k_absorb[h].apply(q_nope, T, std::span<float>(q_lat).subspan(h * T * KL, T * KL));
+    w.k_absorb[h].apply(std::span<const float>(q_nope, T * N), T,
+                        std::span<float>(q_lat).subspan(h * T * KL, T * KL));
   });
   // Attention per sequence over its cache, in blocks of query tokens: the scores of every
   // (token, head) row against every cached position are one F32 product with the cache as the
   // matrix; causality masks the positions after each token.
   constexpr std::size_t kQueryBlock = 64;
-  Rows o_lat(mla_heads * T * KL, 0.0f), qfull, scores;
+  Rows& o_lat = zeroed(scratch.o_lat, mla_heads * T * KL);
+  Rows& qfull = scratch.qfull;
+  Rows& scores = scratch.scores;
   std::vector<std::size_t> seen;  // per query row of a block: the positions it attends to
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const auto& cache =
@@ -110,10 +118,11 @@ void Engine::Impl::mla(const MlaLayer& w, const Rows& x, std::span<const StepSeq
     }
   }
   // o_h = V_h o_lat, gated by sigmoid(g_proj x).
-  Rows o(T * mla_heads * Vd);
+  Rows& o = zeroed(scratch.o, T * mla_heads * Vd);
+  Rows& v_all = zeroed(scratch.v, mla_heads * T * Vd);
   sigmoid_rows(gate);
   oneapi::tbb::parallel_for(std::size_t{0}, mla_heads, [&](std::size_t h) {
-    Rows v(T * Vd);
+    const std::span<float> v(&v_all[h * T * Vd], T * Vd);
     w.v_up[h].apply(std::span<const float>(o_lat).subspan(h * T * KL, T * KL), T, v);
     for (std::size_t t = 0; t < T; ++t)
       for (std::size_t d = 0; d < Vd; ++d) {

@@ -41,10 +41,13 @@ void Engine::Impl::moe(const Moe& w, const Rows& x, std::size_t n, Rows& out) {
   const float linear_beta = static_cast<float>(c.situ_linear_beta);
   // An expert's gate and up are one product ([gate | up] per row); SiTU row by row, then the
   // rows' activations packed together for the down projection.
+  // The experts run in parallel, each in its own buffer.
+  auto& gate_up = moe_scratch.gate_up;
+  if (gate_up.size() < w.w13.size()) gate_up.resize(w.w13.size());
   Rows y = experts->run(
       routes, z, ns, [&](std::size_t e, std::span<const float> in, std::size_t m, Rows& d) {
         const std::size_t inner = w.w13[e].rows() / 2;
-        Rows gu(m * 2 * inner);
+        Rows& gu = zeroed(gate_up[e], m * 2 * inner);
         w.w13[e].apply(in, m, gu);
         for (std::size_t i = 0; i < m; ++i) {
           float* gate = &gu[i * 2 * inner];
