@@ -58,6 +58,15 @@ Linear detail::product_matrix(const quant::MatrixView& view, bool mapped, bool e
   return out;
 }
 
+std::vector<float>& detail::zeroed(std::vector<float>& buffer, std::size_t n) {
+  constexpr std::size_t kKeptFloats = (std::size_t{16} << 20) / sizeof(float);
+  if (buffer.capacity() > kKeptFloats && buffer.capacity() > 2 * n) {
+    std::vector<float>().swap(buffer);
+  }
+  buffer.assign(n, 0.0f);
+  return buffer;
+}
+
 Linear Engine::Impl::product(const Weight* w) const {
   return product_matrix(w->view(), w->mapped(), opt.exact, opt.repack_weights);
 }

@@ -4,6 +4,7 @@
 // (parallel.h). Not part of the public surface (engine.h).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -77,28 +78,23 @@ struct Slot {
   std::vector<std::vector<float>> conv_inputs;
 };
 
-// The buffers the attention and MoE blocks reuse from layer to layer and step to step, resized
-// and zeroed for each use, instead of allocating them per layer (an allocator that maps large
-// blocks afresh, as AddressSanitizer's does above 128 KiB, faults and zeroes their pages every
-// time). They keep the largest step's size (a prefill chunk's) while the engine lives. Each
-// holds what the local of the same name in mla.cpp / kda_layer.cpp / moe.cpp holds; nothing in
+// The buffers a step's attention blocks and routed experts reuse from layer to layer and step to
+// step instead of allocating them per layer (an allocator that maps large blocks afresh, as
+// AddressSanitizer's does above 128 KiB, faults and zeroes their pages every time). Nothing in
 // them outlives the call that fills them.
-struct MlaScratch {
-  std::vector<float> qa, q, kv, gate, q_nope, q_lat, o_lat, qfull, scores, v, o;
+struct StepScratch {
+  // One attention block runs at a time, MLA or KDA: both draw their per-call buffers from
+  // these (Engine::Impl::scratch_rows), so what stays resident is the larger block's need, as
+  // when each call allocated its own.
+  std::array<std::vector<float>, 11> rows;
+  std::vector<KdaHead> kda_heads;                  // per (sequence, head) of a plain KDA step
+  std::vector<std::vector<float>> kda_work;        // per (sequence, head) of a verify step
+  std::vector<std::vector<float>> expert_gate_up;  // per local expert: its rows' [gate | up]
 };
-struct KdaScratch {
-  std::vector<float> q, k, v, fa, z, b, gate, decay_gate, o, history;
-  std::vector<KdaHead> heads;            // per (sequence, head) of a plain step
-  std::vector<std::vector<float>> work;  // per (sequence, head) of a verify step: D x D
-};
-struct MoeScratch {
-  std::vector<std::vector<float>> gate_up;  // per local expert: its rows' [gate | up]
-};
-// `buffer` as n zeros, its capacity kept: a scratch buffer ready for one use.
-inline std::vector<float>& zeroed(std::vector<float>& buffer, std::size_t n) {
-  buffer.assign(n, 0.0f);
-  return buffer;
-}
+// `buffer` as n zeros, ready for one use. Its capacity is kept from use to use, unless it is
+// above 16 MiB and more than twice n: a step after a long prefill chunk gives that memory back
+// instead of holding it for the rest of the run.
+std::vector<float>& zeroed(std::vector<float>& buffer, std::size_t n);
 
 // A matrix the engine (or a drafter) multiplies: dequantized to F32 when `exact`, else
 // repacked (Linear::repacked) when `repack`, else in place. A repacked copy of mapped
@@ -141,9 +137,7 @@ struct Engine::Impl {
   std::size_t conv_kernel = 4;
 
   std::vector<Slot> slots;
-  detail::MlaScratch mla_scratch;
-  detail::KdaScratch kda_scratch;
-  detail::MoeScratch moe_scratch;
+  detail::StepScratch scratch;
 
   Impl(const ModelConfig& config, const WeightStore& ws, const dist::Groups& g,
        const EngineOptions& o);
@@ -157,6 +151,11 @@ struct Engine::Impl {
   void wire_moe(const MoeWeights<const Weight*>& src, Moe& x);
 
   // --- pieces of one step ---
+  // scratch.rows[which] as n zeros (detail::zeroed): a block's per-call buffer, `which` distinct
+  // for each buffer the block holds at once.
+  Rows& scratch_rows(std::size_t which, std::size_t n) {
+    return detail::zeroed(scratch.rows.at(which), n);
+  }
   // The batch's rows, each sequence's checked against its slot and the vocabulary; `ids` gets
   // every fed token in batch order.
   BatchRows batch_rows(std::span<const StepSequence> batch, std::vector<std::int32_t>& ids) const;

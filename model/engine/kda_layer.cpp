@@ -34,6 +34,14 @@ void causal_conv(const float* history, std::size_t n, std::size_t P, std::size_t
   }
 }
 
+// A reused head's buffers for n tokens, given back first when they are over 1 MiB and more than
+// twice that (a decode step after a prefill chunk), as detail::zeroed does.
+void fit(KdaHead& head, std::size_t n, std::size_t D) {
+  if (head.q.capacity() > 2 * n * D && head.q.capacity() * sizeof(float) > (std::size_t{1} << 20))
+    head = KdaHead{};
+  head.resize(n, D);
+}
+
 }  // namespace
 
 // Section 2.4, KDA over this rank's heads.
@@ -43,14 +51,13 @@ void Engine::Impl::kda(const KdaLayer& w, const Rows& x, std::span<const StepSeq
   const std::size_t H = hidden, D = kda_dim, P = kda_width, kernel = conv_kernel;
   const std::size_t T = br.total;
   const std::size_t past = kernel - 1;
-  KdaScratch& scratch = kda_scratch;
-  Rows& q = zeroed(scratch.q, T * P);
-  Rows& k = zeroed(scratch.k, T * P);
-  Rows& v = zeroed(scratch.v, T * P);
-  Rows& fa = zeroed(scratch.fa, T * D);
-  Rows& z = zeroed(scratch.z, T * P);
-  Rows& b = zeroed(scratch.b, T * kda_heads);
-  Rows& gate = zeroed(scratch.gate, T * P);
+  Rows& q = scratch_rows(0, T * P);
+  Rows& k = scratch_rows(1, T * P);
+  Rows& v = scratch_rows(2, T * P);
+  Rows& fa = scratch_rows(3, T * D);
+  Rows& z = scratch_rows(4, T * P);
+  Rows& b = scratch_rows(5, T * kda_heads);
+  Rows& gate = scratch_rows(6, T * P);
   SharedInput in(x, T);
   in.apply(w.q, q);
   in.apply(w.k, k);
@@ -64,7 +71,7 @@ void Engine::Impl::kda(const KdaLayer& w, const Rows& x, std::span<const StepSeq
 
   // The gates of every token at once: decay sigmoid(A (f_b f_a x + dt_bias)) (scaled by the
   // lower bound below), beta = sigmoid(b x), the output gate sigmoid(g x).
-  Rows& decay_gate = zeroed(scratch.decay_gate, T * P);
+  Rows& decay_gate = scratch_rows(7, T * P);
   for (std::size_t t = 0; t < T; ++t)
     for (std::size_t h = 0; h < kda_heads; ++h)
       for (std::size_t d = 0; d < D; ++d) {
@@ -77,10 +84,10 @@ void Engine::Impl::kda(const KdaLayer& w, const Rows& x, std::span<const StepSeq
 
   // 1. Causal depthwise conv (over the window of previous pre-conv inputs) then SiLU. A verify
   //    step leaves the window alone and keeps its tokens' inputs for Engine::commit.
-  Rows& o = zeroed(scratch.o, T * P);
+  Rows& o = scratch_rows(8, T * P);
   Rows* proj[3] = {&q, &k, &v};
   const std::vector<float>* taps[3] = {&w.conv_q, &w.conv_k, &w.conv_v};
-  Rows& history = scratch.history;
+  Rows& history = scratch_rows(9, 0);  // sized per sequence below
   for (std::size_t i = 0; i < batch.size(); ++i) {
     Slot& s = slots[static_cast<std::size_t>(batch[i].slot)];
     const auto layer = static_cast<std::size_t>(w.state_index);
@@ -108,16 +115,16 @@ void Engine::Impl::kda(const KdaLayer& w, const Rows& x, std::span<const StepSeq
   // the sequence's tokens, the per-head RMSNorm and the output gate. Each pair owns its state
   // and its output columns, so the order does not matter.
   const std::size_t pairs = batch.size() * kda_heads;
-  if (scratch.heads.size() < pairs) scratch.heads.resize(pairs);
-  if (scratch.work.size() < pairs) scratch.work.resize(pairs);
+  if (scratch.kda_heads.size() < pairs) scratch.kda_heads.resize(pairs);
+  if (scratch.kda_work.size() < pairs) scratch.kda_work.resize(pairs);
   oneapi::tbb::parallel_for(std::size_t{0}, pairs, [&](std::size_t pair) {
     const std::size_t i = pair / kda_heads, h = pair % kda_heads;
     Slot& slot = slots[static_cast<std::size_t>(batch[i].slot)];
     const std::size_t n = br.count[i], off = br.offset[i];
     const auto layer = static_cast<std::size_t>(w.state_index);
     // A verify step's head inputs stay in the slot for Engine::commit (reusing its buffers).
-    KdaHead& head = batch[i].speculative ? slot.kda_pending[layer][h] : scratch.heads[pair];
-    head.resize(n, D);
+    KdaHead& head = batch[i].speculative ? slot.kda_pending[layer][h] : scratch.kda_heads[pair];
+    fit(head, n, D);
     for (std::size_t j = 0; j < n; ++j) {
       const std::size_t t = off + j;
       float* qh = &head.q[j * D];
@@ -138,7 +145,7 @@ void Engine::Impl::kda(const KdaLayer& w, const Rows& x, std::span<const StepSeq
     if (batch[i].speculative) {
       // The token recurrence from the state, which it leaves alone, in a scratch state;
       // Engine::commit replays the accepted tokens on the state.
-      std::vector<float>& work = scratch.work[pair];
+      std::vector<float>& work = scratch.kda_work[pair];
       work.resize(D * D);
       kda_recurrent(head, S, work.data());
     } else if (n > 1 && opt.kda_chunk > 0) {

@@ -27,11 +27,10 @@ void Engine::Impl::mla(const MlaLayer& w, const Rows& x, std::span<const StepSeq
   const std::size_t C = KL + R;  // one cache row
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(N + R)));
 
-  MlaScratch& scratch = mla_scratch;
-  Rows& qa = zeroed(scratch.qa, T * QL);
-  Rows& q = zeroed(scratch.q, T * mla_heads * QH);
-  Rows& kv = zeroed(scratch.kv, T * C);
-  Rows& gate = zeroed(scratch.gate, T * mla_heads * Vd);
+  Rows& qa = scratch_rows(0, T * QL);
+  Rows& q = scratch_rows(1, T * mla_heads * QH);
+  Rows& kv = scratch_rows(2, T * C);
+  Rows& gate = scratch_rows(3, T * mla_heads * Vd);
   SharedInput in(x, T);
   in.apply(w.q_a, qa);
   rms_norm(qa.data(), T, QL, w.q_a_norm, kLowRankEps, qa.data());
@@ -49,8 +48,8 @@ void Engine::Impl::mla(const MlaLayer& w, const Rows& x, std::span<const StepSeq
   }
 
   // Per head: q_lat = K_h^T q_nope for every token of the step (one product per head).
-  Rows& q_lat = zeroed(scratch.q_lat, mla_heads * T * KL);
-  Rows& q_nope_all = zeroed(scratch.q_nope, mla_heads * T * N);
+  Rows& q_lat = scratch_rows(4, mla_heads * T * KL);
+  Rows& q_nope_all = scratch_rows(5, mla_heads * T * N);
   oneapi::tbb::parallel_for(std::size_t{0}, mla_heads, [&](std::size_t h) {
     float* q_nope = &q_nope_all[h * T * N];
     for (std::size_t t = 0; t < T; ++t)
@@ -62,9 +61,9 @@ void Engine::Impl::mla(const MlaLayer& w, const Rows& x, std::span<const StepSeq
   // (token, head) row against every cached position are one F32 product with the cache as the
   // matrix; causality masks the positions after each token.
   constexpr std::size_t kQueryBlock = 64;
-  Rows& o_lat = zeroed(scratch.o_lat, mla_heads * T * KL);
-  Rows& qfull = scratch.qfull;
-  Rows& scores = scratch.scores;
+  Rows& o_lat = scratch_rows(6, mla_heads * T * KL);
+  Rows& qfull = scratch_rows(9, 0);  // sized per block below
+  Rows& scores = scratch_rows(10, 0);
   std::vector<std::size_t> seen;  // per query row of a block: the positions it attends to
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const auto& cache =
@@ -118,8 +117,8 @@ void Engine::Impl::mla(const MlaLayer& w, const Rows& x, std::span<const StepSeq
     }
   }
   // o_h = V_h o_lat, gated by sigmoid(g_proj x).
-  Rows& o = zeroed(scratch.o, T * mla_heads * Vd);
-  Rows& v_all = zeroed(scratch.v, mla_heads * T * Vd);
+  Rows& o = scratch_rows(7, T * mla_heads * Vd);
+  Rows& v_all = scratch_rows(8, mla_heads * T * Vd);
   sigmoid_rows(gate);
   oneapi::tbb::parallel_for(std::size_t{0}, mla_heads, [&](std::size_t h) {
     const std::span<float> v(&v_all[h * T * Vd], T * Vd);

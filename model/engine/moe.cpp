@@ -42,7 +42,7 @@ void Engine::Impl::moe(const Moe& w, const Rows& x, std::size_t n, Rows& out) {
   // An expert's gate and up are one product ([gate | up] per row); SiTU row by row, then the
   // rows' activations packed together for the down projection.
   // The experts run in parallel, each in its own buffer.
-  auto& gate_up = moe_scratch.gate_up;
+  auto& gate_up = scratch.expert_gate_up;
   if (gate_up.size() < w.w13.size()) gate_up.resize(w.w13.size());
   Rows y = experts->run(
       routes, z, ns, [&](std::size_t e, std::span<const float> in, std::size_t m, Rows& d) {

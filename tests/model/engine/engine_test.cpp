@@ -13,6 +13,7 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include "dist/groups.h"
+#include "model/engine/engine_impl.h"
 #include "model/engine/kda.h"
 #include "model/reference/forward.h"
 #include "tests/model/engine/engine_support.h"
@@ -486,6 +487,28 @@ TEST(KdaKernels, ChunkedEqualsRecurrentAndTheReference) {
     EXPECT_LE(std::sqrt(num / den), 1e-5) << "chunk " << chunk;
     EXPECT_LE(std::sqrt(snum / sden), 1e-5) << "chunk " << chunk;
   }
+}
+
+// The step buffers' reuse: zeros every time, the capacity kept from use to use, and given back
+// when it is above 16 MiB and more than twice the need (a decode step after a long prefill).
+TEST(StepScratch, ZeroedReusesItsBufferAndGivesBackWhatIsFarAboveTheNeed) {
+  std::vector<float> buffer;
+  EXPECT_EQ(&model::engine::detail::zeroed(buffer, 1000), &buffer);
+  buffer[3] = 5.0f;
+  const float* data = buffer.data();
+  model::engine::detail::zeroed(buffer, 10);
+  EXPECT_EQ(buffer.size(), 10u);
+  EXPECT_EQ(buffer.data(), data);  // small: kept
+  EXPECT_TRUE(std::all_of(buffer.begin(), buffer.end(), [](float x) { return x == 0.0f; }));
+  const std::size_t large = std::size_t{6} << 20;  // 24 MiB of floats
+  model::engine::detail::zeroed(buffer, large);
+  model::engine::detail::zeroed(buffer, large / 2 + 1);  // within twice the need: kept
+  EXPECT_GE(buffer.capacity(), large);
+  EXPECT_EQ(buffer.size(), large / 2 + 1);
+  EXPECT_TRUE(std::all_of(buffer.begin(), buffer.end(), [](float x) { return x == 0.0f; }));
+  model::engine::detail::zeroed(buffer, 100);  // far above: given back
+  EXPECT_LT(buffer.capacity(), large / 2);
+  EXPECT_EQ(buffer.size(), 100u);
 }
 
 }  // namespace
