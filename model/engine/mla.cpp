@@ -51,7 +51,7 @@ void Engine::Impl::mla(const MlaLayer& w, const Rows& x, std::span<const StepSeq
   Rows& q_lat = scratch_rows(4, mla_heads * T * KL);
   Rows& q_nope_all = scratch_rows(5, mla_heads * T * N);
   oneapi::tbb::parallel_for(std::size_t{0}, mla_heads, [&](std::size_t h) {
-    float* q_nope = &q_nope_all[h * T * N];
+    float* q_nope = q_nope_all.data() + h * T * N;  // T may be 0: no element to index
     for (std::size_t t = 0; t < T; ++t)
       std::copy_n(&q[(t * mla_heads + h) * QH], N, &q_nope[t * N]);
     w.k_absorb[h].apply(std::span<const float>(q_nope, T * N), T,
@@ -121,7 +121,7 @@ void Engine::Impl::mla(const MlaLayer& w, const Rows& x, std::span<const StepSeq
   Rows& v_all = scratch_rows(8, mla_heads * T * Vd);
   sigmoid_rows(gate);
   oneapi::tbb::parallel_for(std::size_t{0}, mla_heads, [&](std::size_t h) {
-    const std::span<float> v(&v_all[h * T * Vd], T * Vd);
+    const std::span<float> v(v_all.data() + h * T * Vd, T * Vd);
     w.v_up[h].apply(std::span<const float>(o_lat).subspan(h * T * KL, T * KL), T, v);
     for (std::size_t t = 0; t < T; ++t)
       for (std::size_t d = 0; d < Vd; ++d) {
