@@ -59,10 +59,8 @@ Linear detail::product_matrix(const quant::MatrixView& view, bool mapped, bool e
 }
 
 std::vector<float>& detail::zeroed(std::vector<float>& buffer, std::size_t n) {
-  constexpr std::size_t kKeptFloats = (std::size_t{16} << 20) / sizeof(float);
-  if (buffer.capacity() > kKeptFloats && buffer.capacity() > 2 * n) {
-    std::vector<float>().swap(buffer);
-  }
+  constexpr std::size_t kKeptBytes = std::size_t{16} << 20;
+  if (far_above_need(buffer.capacity(), n, kKeptBytes)) std::vector<float>().swap(buffer);
   buffer.assign(n, 0.0f);
   return buffer;
 }

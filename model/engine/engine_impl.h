@@ -91,9 +91,13 @@ struct StepScratch {
   std::vector<std::vector<float>> kda_work;        // per (sequence, head) of a verify step
   std::vector<std::vector<float>> expert_gate_up;  // per local expert: its rows' [gate | up]
 };
-// `buffer` as n zeros, ready for one use. Its capacity is kept from use to use, unless it is
-// above 16 MiB and more than twice n: a step after a long prefill chunk gives that memory back
-// instead of holding it for the rest of the run.
+// Whether a reused buffer of `capacity` floats is given back before a use that needs n: when it
+// holds more than `kept_bytes` and more than twice n (a step after a long prefill chunk), instead
+// of holding that memory for the rest of the run.
+inline bool far_above_need(std::size_t capacity, std::size_t n, std::size_t kept_bytes) {
+  return capacity > 2 * n && capacity * sizeof(float) > kept_bytes;
+}
+// `buffer` as n zeros, ready for one use; its capacity kept unless far_above_need with 16 MiB.
 std::vector<float>& zeroed(std::vector<float>& buffer, std::size_t n);
 
 // A matrix the engine (or a drafter) multiplies: dequantized to F32 when `exact`, else

@@ -34,11 +34,10 @@ void causal_conv(const float* history, std::size_t n, std::size_t P, std::size_t
   }
 }
 
-// A reused head's buffers for n tokens, given back first when they are over 1 MiB and more than
-// twice that (a decode step after a prefill chunk), as detail::zeroed does.
+// A reused head's buffers for n tokens, given back first when far above that need (the rule of
+// detail::zeroed, at 1 MiB: one head's share of a step is small).
 void fit(KdaHead& head, std::size_t n, std::size_t D) {
-  if (head.q.capacity() > 2 * n * D && head.q.capacity() * sizeof(float) > (std::size_t{1} << 20))
-    head = KdaHead{};
+  if (far_above_need(head.q.capacity(), n * D, std::size_t{1} << 20)) head = KdaHead{};
   head.resize(n, D);
 }
 
