@@ -37,7 +37,8 @@ class Reader {
 
   void only_keys(const json& object, const std::string& prefix,
                  std::initializer_list<const char*> keys) const {
-    for (const auto& [key, value] : object.items()) {
+    for (const auto& item : object.items()) {
+      const std::string& key = item.key();  // a named variable: lambdas capture it (C++17 rules)
       if (std::none_of(keys.begin(), keys.end(), [&](const char* k) { return key == k; })) {
         std::string list;
         for (const char* k : keys) list += (list.empty() ? "" : ", ") + std::string(k);

@@ -8,8 +8,14 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+// GCC enables the ISA for the region; clang (the sanitizer build) for every function declared
+// in it.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#endif
 
 namespace k3::model::engine::detail {
 namespace {
@@ -60,7 +66,11 @@ constexpr size_t kFloatLanes = 8;
 }  // namespace
 }  // namespace k3::model::engine::detail
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 namespace k3::model::engine::detail {
 const MathKernels& avx2_math() {
