@@ -89,6 +89,9 @@ struct Sequence {
   std::vector<std::int32_t> generated;
   std::vector<std::int32_t> block;  // a speculative round: the anchor, then the drafts fed
   int k = 0;                        // drafts this step verifies (0: a plain decode row)
+  // No drafter context (dropped at a load where no draft could pay, Speculation::could_pay):
+  // decodes plainly to its end, and its rows are never projected.
+  bool without_context = false;
   // Proposals whose positions are not all decided yet: every draft the drafter made, compared
   // with the tokens the target commits there (AcceptanceStats).
   struct Proposal {
@@ -308,6 +311,7 @@ class GenerationRun {
 
   void admit() {
     if (!prefills_.empty()) return;
+    std::size_t admitted = 0;
     while (next_request_ < requests_.size() &&
            static_cast<int>(running_.size()) < options_.max_running_requests &&
            !free_slots_.empty()) {
@@ -331,7 +335,36 @@ class GenerationRun {
         if (drafter_) drafter_->reset_slot(s.slot);
       }
       running_.push_back(std::move(s));
+      ++admitted;
     }
+    // Requests admitted at a load where drafting cannot pay never build a drafter context:
+    // their prompts are not projected.
+    if (admitted == 0 || !speculation_) return;
+    std::vector<SpeculationCandidate> load;
+    for (const Sequence& s : running_) load.push_back(candidate(s));
+    const bool draining = next_request_ >= requests_.size() && prefills_.empty();
+    if (speculation_->could_pay(load, 0, draining)) return;
+    for (std::size_t i = running_.size() - admitted; i < running_.size(); ++i)
+      drop_context(running_[i]);
+  }
+
+  // The policy's view of a running request (as if decoding: the load once its prompt is in).
+  SpeculationCandidate candidate(const Sequence& s) const {
+    // A round feeds no more drafts than the request could still use (so never past its
+    // context): the anchor and K drafts commit at most K + 1 tokens.
+    const std::size_t room = s.request->max_new_tokens - s.generated.size();
+    const int block = speculation_ ? speculation_->block() : drafter_block_;
+    const int max_k = s.without_context
+                          ? 0
+                          : static_cast<int>(std::min<std::size_t>(block, room > 0 ? room - 1 : 0));
+    const std::size_t pending = drafter_ && !s.without_context ? drafter_->pending(s.slot) : 0;
+    return {s.request->id, max_k, pending, room};
+  }
+
+  void drop_context(Sequence& s) {
+    if (s.without_context) return;
+    drafter_->reset_slot(s.slot);
+    s.without_context = true;
   }
 
   // How many drafts each decoding sequence verifies this step (all 0 without a drafter).
@@ -340,19 +373,24 @@ class GenerationRun {
     std::vector<SpeculationCandidate> candidates;
     for (Sequence& s : running_) {
       if (!s.decoding) continue;
-      // A round feeds no more drafts than the request could still use (so never past its
-      // context): the anchor and K drafts commit at most K + 1 tokens.
-      const std::size_t room = s.request->max_new_tokens - s.generated.size();
-      const int block = speculation_ ? speculation_->block() : drafter_block_;
-      const int max_k = static_cast<int>(std::min<std::size_t>(block, room > 0 ? room - 1 : 0));
       decoding.push_back(&s);
-      candidates.push_back({s.request->id, max_k, drafter_ ? drafter_->pending(s.slot) : 0, room});
+      candidates.push_back(candidate(s));
     }
     std::vector<int> k(candidates.size(), 0);
     if (speculation_) {
       if (!candidates.empty()) speculation_->acceptance().age();
       // Draining: nobody waits for a slot, so the group ends with its last request.
       const bool draining = next_request_ >= requests_.size() && prefills_.empty();
+      // At a load where no draft could pay even were every draft right, a drafter context earns
+      // nothing: each request drops its own and decodes plainly to its end, at no further cost
+      // to the drafter (a load that falls later, as requests finish, drafts for those admitted
+      // then).
+      if (!candidates.empty() && !speculation_->could_pay(candidates, prefill_rows, draining)) {
+        for (std::size_t i = 0; i < decoding.size(); ++i) {
+          drop_context(*decoding[i]);
+          candidates[i] = candidate(*decoding[i]);
+        }
+      }
       k = speculation_->choose(candidates, prefill_rows, draining);
     } else if (drafter_) {
       for (std::size_t i = 0; i < k.size(); ++i) k[i] = candidates[i].max_k;
@@ -631,7 +669,7 @@ class GenerationRun {
           ++stats_.decode_tokens;
           ++committed_;
         }
-        if (drafter_) drafter_->extend(s.slot, taps, rows);
+        if (drafter_ && !s.without_context) drafter_->extend(s.slot, taps, rows);
         if (result.next[i] >= 0 && s.request) emit(s, result.next[i]);
       }
       if (speculation_ && i < decoding_) score_proposals(s, request, s.request == nullptr);

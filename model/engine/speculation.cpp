@@ -167,8 +167,19 @@ std::vector<int> Speculation::choose(std::span<const SpeculationCandidate> candi
   return k;
 }
 
+bool Speculation::could_pay(std::span<const SpeculationCandidate> candidates,
+                            std::size_t other_rows, bool draining) const {
+  if (!adaptive() || cost_.empty()) return true;
+  std::vector<SpeculationCandidate> unburdened(candidates.begin(), candidates.end());
+  for (SpeculationCandidate& c : unburdened) c.pending = 0;
+  const std::vector<int> k = draining && other_rows == 0
+                                 ? by_critical_path(unburdened, true)
+                                 : by_goodput(unburdened, other_rows, true);
+  return std::any_of(k.begin(), k.end(), [](int n) { return n > 0; });
+}
+
 std::vector<int> Speculation::by_goodput(std::span<const SpeculationCandidate> candidates,
-                                         std::size_t other_rows) const {
+                                         std::size_t other_rows, bool certain) const {
   // Each extra row (request i's draft j) adds P(drafts 1..j all right) committed tokens; per
   // request these gains fall with j, so the best R rows are the R largest gains.
   struct Gain {
@@ -177,7 +188,7 @@ std::vector<int> Speculation::by_goodput(std::span<const SpeculationCandidate> c
   };
   std::vector<Gain> gains;
   for (std::size_t i = 0; i < candidates.size(); ++i) {
-    const std::vector<double> r = reach(candidates[i]);
+    const std::vector<double> r = reach(candidates[i], certain);
     for (std::size_t j = 1; j < r.size(); ++j) gains.push_back({r[j], i});
   }
   std::stable_sort(gains.begin(), gains.end(),
@@ -208,10 +219,11 @@ std::vector<int> Speculation::by_goodput(std::span<const SpeculationCandidate> c
   return k;
 }
 
-std::vector<double> Speculation::reach(const SpeculationCandidate& candidate) const {
+std::vector<double> Speculation::reach(const SpeculationCandidate& candidate,
+                                       bool certain) const {
   std::vector<double> r(1, 1.0);
   for (int j = 1; j <= candidate.max_k; ++j)
-    r.push_back(r.back() * acceptance_.accept_probability(candidate.request, j));
+    r.push_back(certain ? 1.0 : r.back() * acceptance_.accept_probability(candidate.request, j));
   return r;
 }
 
@@ -223,15 +235,15 @@ double Speculation::decode_seconds(std::size_t other_rows, std::size_t decoding,
          cost_.overhead_seconds();
 }
 
-std::vector<int> Speculation::by_critical_path(
-    std::span<const SpeculationCandidate> candidates) const {
+std::vector<int> Speculation::by_critical_path(std::span<const SpeculationCandidate> candidates,
+                                               bool certain) const {
   const std::size_t n = candidates.size();
   std::vector<int> k(n, 0);
   if (n == 0) return k;
   std::size_t longest = 0;
   for (const SpeculationCandidate& c : candidates) longest = std::max(longest, c.room);
   std::vector<std::vector<double>> reaches(n);
-  for (std::size_t i = 0; i < n; ++i) reaches[i] = reach(candidates[i]);
+  for (std::size_t i = 0; i < n; ++i) reaches[i] = reach(candidates[i], certain);
   // How many drafts request i needs for the path to shorten by 1 + m (<= 0: none).
   auto needed = [&](std::size_t i, int m) {
     return static_cast<long long>(candidates[i].room) - static_cast<long long>(longest) + m;

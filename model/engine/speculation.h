@@ -34,6 +34,9 @@
 // requests in lockstep that each accept at 0.75 progress 1.06 per drafted step where goodput
 // would count 8.5 tokens; a request alone gets what goodput gives it.
 //
+// At a load where no K could pay even were every draft right (could_pay), the generator keeps no
+// drafter context: those requests decode plainly to their end at no cost to the drafter.
+//
 // Every rank of a DP group must choose the same K: the choice depends only on the group's
 // sequences (identical on its ranks) and on step times agreed over the world in the generator's
 // per-step allreduce, never on a rank's own clock.
@@ -176,6 +179,12 @@ class Speculation {
   // of goodput.
   std::vector<int> choose(std::span<const SpeculationCandidate> candidates,
                           std::size_t other_rows, bool draining = false) const;
+  // Whether choose() could pick any draft at this load were every draft right and no context
+  // waiting to be projected: false only for an adaptive policy whose measured costs say verify
+  // rows cost more than even a perfect drafter saves (a compute-bound step on this host). A
+  // request's drafter context then earns nothing, and the generator stops keeping it.
+  bool could_pay(std::span<const SpeculationCandidate> candidates, std::size_t other_rows,
+                 bool draining = false) const;
 
   StepCostModel& cost() { return cost_; }
   const StepCostModel& cost() const { return cost_; }
@@ -185,11 +194,13 @@ class Speculation {
   static constexpr double kMinGain = 0.05;
 
  private:
+  // `certain`: as if every draft were right (could_pay).
   std::vector<int> by_goodput(std::span<const SpeculationCandidate> candidates,
-                              std::size_t other_rows) const;
-  std::vector<int> by_critical_path(std::span<const SpeculationCandidate> candidates) const;
-  // [j]: P(the candidate's drafts 1..j all right), j in 0..max_k ([0] = 1).
-  std::vector<double> reach(const SpeculationCandidate& candidate) const;
+                              std::size_t other_rows, bool certain = false) const;
+  std::vector<int> by_critical_path(std::span<const SpeculationCandidate> candidates,
+                                    bool certain = false) const;
+  // [j]: P(the candidate's drafts 1..j all right), j in 0..max_k ([0] = 1); all 1 if `certain`.
+  std::vector<double> reach(const SpeculationCandidate& candidate, bool certain = false) const;
   // The time the step's decode rows add (beside `other_rows` prompt rows): `decoding` rows and
   // `extra` verify rows, the drafter's call for `drafted` requests after projecting
   // `projected` context rows, and the fixed overhead.

@@ -270,6 +270,36 @@ TEST(Speculation, FixedAndForcedLengthsAreClampedToWhatEachRequestCanUse) {
   EXPECT_THROW(Speculation(7, too_long), k3::UsageError);
 }
 
+// Whether a drafter context is worth keeping: only the costs decide, as if every draft were
+// right; a fixed, forced or not yet measured policy always keeps it.
+TEST(Speculation, DraftingCouldPayOnlyWhereVerifyRowsCostLessThanAPerfectDraftSaves) {
+  Speculation compute_bound(7, {});
+  cost(compute_bound, 0.0, 0.010, 0.005);  // every row costs the same, the drafter more on top
+  observe(compute_bound.acceptance(), 0, 50, 7);  // even a drafter that is always right
+  for (int n : {1, 4, 16}) {
+    EXPECT_FALSE(compute_bound.could_pay(candidates(n), 0)) << n << " requests";
+    EXPECT_FALSE(compute_bound.could_pay(candidates(n), 0, true)) << n << " requests, draining";
+  }
+  Speculation memory_bound(7, {});
+  cost(memory_bound, 0.100, 0.0001, 0.010);
+  observe(memory_bound.acceptance(), 0, 50, 0);  // a drafter that is never right: choose() says
+  EXPECT_EQ(memory_bound.choose(candidates(1), 0), std::vector<int>{0});  // no drafts now,
+  EXPECT_TRUE(memory_bound.could_pay(candidates(1), 0));  // but its context is kept
+  EXPECT_TRUE(memory_bound.could_pay(candidates(4), 0, true));
+  // A backlog to project does not count against keeping the context: it is paid once.
+  std::vector<SpeculationCandidate> backlog = {{0, 7, 64}};
+  EXPECT_TRUE(memory_bound.could_pay(backlog, 0));
+  // Requests that can draft no more (max_k 0) can pay nothing.
+  EXPECT_FALSE(memory_bound.could_pay(candidates(2, 0), 0));
+  SpeculationOptions fixed;
+  fixed.adaptive = false;
+  Speculation f(7, fixed);
+  cost(f, 0.0, 0.010, 0.005);
+  EXPECT_TRUE(f.could_pay(candidates(16), 0));
+  Speculation unmeasured(7, {});
+  EXPECT_TRUE(unmeasured.could_pay(candidates(16), 0));
+}
+
 TEST(Speculation, WithoutAMeasuredCostItVerifiesTheWholeBlock) {
   Speculation s(7, {});
   EXPECT_FALSE(s.calibrated());

@@ -329,6 +329,35 @@ TEST_F(DSparkDraftLengths, AdaptiveKeepsThePlainTokensAndMeasuresTheHostOnce) {
   EXPECT_EQ(speculate(speculation, again), plain_);
 }
 
+// On a host where verify rows cost more than even a perfect drafter saves (a compute-bound step,
+// here a cost model set so), the adaptive policy keeps no drafter context: no prompt or decode
+// row is projected, no round is verified, and the tokens are the plain path's.
+TEST_F(DSparkDraftLengths, WhereDraftingCannotPayNoRequestKeepsADrafterContext) {
+  model::engine::Speculation speculation(kBlock, {});
+  for (std::size_t rows = 1; rows <= 64; rows *= 2) {
+    speculation.cost().calibrate_target(rows, 0.010 * static_cast<double>(rows));
+    speculation.cost().calibrate_draft(rows, 0.005);
+    speculation.cost().calibrate_projection(rows, 0.001 * static_cast<double>(rows));
+  }
+  GeneratorStats stats;
+  EXPECT_EQ(speculate(speculation, stats), plain_);
+  EXPECT_EQ(stats.verify_rounds, 0u);
+  for (int slot = 0; slot < o_.slots; ++slot) {
+    EXPECT_EQ(drafter_->context(slot), 0u) << "slot " << slot;
+    EXPECT_EQ(drafter_->pending(slot), 0u) << "slot " << slot;
+  }
+  // The same engine and drafter with a policy that may draft: contexts are built again.
+  model::engine::Speculation memory_bound(kBlock, {});
+  for (std::size_t rows = 1; rows <= 64; rows *= 2) {
+    memory_bound.cost().calibrate_target(rows, 0.100 + 0.0001 * static_cast<double>(rows));
+    memory_bound.cost().calibrate_draft(rows, 0.005);
+    memory_bound.cost().calibrate_projection(rows, 0.0001 * static_cast<double>(rows));
+  }
+  GeneratorStats drafted;
+  EXPECT_EQ(speculate(memory_bound, drafted), plain_);
+  EXPECT_GT(drafted.verify_rounds, 0u);
+}
+
 // A warm-up run of one request calibrates the cost model for the batch the run after it holds
 // (GeneratorOptions::calibration_requests), so that run measures nothing before its first step;
 // without the hint the warm-up calibrates for its own single request and the run for its three.
