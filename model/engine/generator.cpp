@@ -339,13 +339,21 @@ class GenerationRun {
     }
     // Requests admitted at a load where drafting cannot pay never build a drafter context:
     // their prompts are not projected.
-    if (admitted == 0 || !speculation_) return;
+    if (admitted > 0) drop_contexts_where_drafting_cannot_pay();
+  }
+
+  // At a load where no draft could pay even were every draft right (Speculation::could_pay:
+  // the group's running requests all decoding, no prompt rows, as most steps are; a prompt
+  // chunk in one step says nothing of the next), a drafter context earns nothing: every running
+  // request drops its own and decodes plainly to its end, at no further cost to the drafter. A
+  // load that falls later, as requests finish, drafts for the requests admitted then.
+  void drop_contexts_where_drafting_cannot_pay() {
+    if (!speculation_ || running_.empty()) return;
     std::vector<SpeculationCandidate> load;
     for (const Sequence& s : running_) load.push_back(candidate(s));
     const bool draining = next_request_ >= requests_.size() && prefills_.empty();
     if (speculation_->could_pay(load, 0, draining)) return;
-    for (std::size_t i = running_.size() - admitted; i < running_.size(); ++i)
-      drop_context(running_[i]);
+    for (Sequence& s : running_) drop_context(s);
   }
 
   // The policy's view of a running request (as if decoding: the load once its prompt is in).
@@ -381,15 +389,9 @@ class GenerationRun {
       if (!candidates.empty()) speculation_->acceptance().age();
       // Draining: nobody waits for a slot, so the group ends with its last request.
       const bool draining = next_request_ >= requests_.size() && prefills_.empty();
-      // At a load where no draft could pay even were every draft right, a drafter context earns
-      // nothing: each request drops its own and decodes plainly to its end, at no further cost
-      // to the drafter (a load that falls later, as requests finish, drafts for those admitted
-      // then).
-      if (!candidates.empty() && !speculation_->could_pay(candidates, prefill_rows, draining)) {
-        for (std::size_t i = 0; i < decoding.size(); ++i) {
-          drop_context(*decoding[i]);
-          candidates[i] = candidate(*decoding[i]);
-        }
+      if (!candidates.empty()) {
+        drop_contexts_where_drafting_cannot_pay();
+        for (std::size_t i = 0; i < decoding.size(); ++i) candidates[i] = candidate(*decoding[i]);
       }
       k = speculation_->choose(candidates, prefill_rows, draining);
     } else if (drafter_) {
