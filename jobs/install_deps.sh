@@ -3,7 +3,7 @@
 # Usage: jobs/install_deps.sh [quickstart|all] [--missing]
 #   quickstart  what building and running k3eval, k3ckpt and k3report needs
 #   all         (default) that and what the tests use: GoogleTest, Google Benchmark, clang for
-#               the fuzzers, a single-host Slurm, iproute2 for several hosts on one machine
+#               the sanitizer tree and the fuzzers, a single-host Slurm, iproute2 for several hosts on one machine
 #   --missing   print the missing packages of the set, one line, and install nothing
 # Idempotent and silent when everything is already present; safe to call from every script.
 set -euo pipefail
@@ -31,7 +31,7 @@ packages=(
 if [[ $profile == all ]]; then
   packages+=(
     libgtest-dev libgmock-dev
-    clang-14 libclang-rt-14-dev
+    clang clang-14 libclang-rt-14-dev  # clang: the `clang`/`clang++` names the scripts call
     libbenchmark-dev
     # A single-host Slurm for jobs/slurm/ and tests/slurm/ (srun --mpi=pmix: Slurm's pmix_v4
     # plugin and Debian's Open MPI share libpmix2, which libopenmpi-dev already pulls in).
