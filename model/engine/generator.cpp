@@ -379,6 +379,8 @@ class GenerationRun {
   void choose_draft_lengths(std::size_t prefill_rows) {
     std::vector<Sequence*> decoding;
     std::vector<SpeculationCandidate> candidates;
+    if (std::any_of(running_.begin(), running_.end(), [](const Sequence& s) { return s.decoding; }))
+      drop_contexts_where_drafting_cannot_pay();
     for (Sequence& s : running_) {
       if (!s.decoding) continue;
       decoding.push_back(&s);
@@ -389,10 +391,6 @@ class GenerationRun {
       if (!candidates.empty()) speculation_->acceptance().age();
       // Draining: nobody waits for a slot, so the group ends with its last request.
       const bool draining = next_request_ >= requests_.size() && prefills_.empty();
-      if (!candidates.empty()) {
-        drop_contexts_where_drafting_cannot_pay();
-        for (std::size_t i = 0; i < decoding.size(); ++i) candidates[i] = candidate(*decoding[i]);
-      }
       k = speculation_->choose(candidates, prefill_rows, draining);
     } else if (drafter_) {
       for (std::size_t i = 0; i < k.size(); ++i) k[i] = candidates[i].max_k;
