@@ -293,10 +293,13 @@ namespace {
 // Two untimed requests on every DP group: `warm` (2 new tokens), then `smoke` (a few tokens,
 // handed to on_smoke on every rank that ran it). With adaptive speculation the first calibrates
 // the cost model for the batch the timed run will hold: `prompts` shared out over the DP groups,
-// up to max_running_requests (a group given more calibrates the rest in the timed run).
+// up to max_running_requests (a group given more calibrates the rest in the timed run). The
+// smoke request starts from `prefix` (empty: none), computed as a prefix snapshot that stays
+// resident for the timed run (GeneratorOptions::resident_prefixes), which then starts from it.
 void warm_up_rounds(model::engine::Engine& engine, const dist::Groups& groups,
                     const std::vector<std::int32_t>& warm, const std::vector<std::int32_t>& smoke,
-                    std::size_t smoke_tokens, std::size_t prompts, const RunnerOptions& options,
+                    const std::vector<std::int32_t>& prefix, std::size_t smoke_tokens,
+                    std::size_t prompts, const RunnerOptions& options,
                     const std::function<void(const Completion&)>& on_smoke) {
   model::engine::GeneratorOptions g = options.generator;
   g.max_running_requests = 1;
@@ -306,6 +309,7 @@ void warm_up_rounds(model::engine::Engine& engine, const dist::Groups& groups,
       static_cast<std::size_t>(std::max(1, options.generator.max_running_requests)));
   for (int round = 0; round < 2; ++round) {
     Generator gen(engine, groups, g);
+    if (round == 1 && options.prefix_caching) gen.add_prefix(prefix);
     Request r;
     r.id = 0;
     if (round == 0) {  // warm-up: a few tokens, two new tokens
@@ -336,7 +340,7 @@ std::string warm_up(model::engine::Engine& engine, const dist::Groups& groups,
                     std::size_t prompts, const RunnerOptions& options) {
   std::string smoke;
   warm_up_rounds(engine, groups, tokens.prefix.empty() ? tokens.prompts.at(0) : tokens.prefix,
-                 tokens.prompts.at(0), options.max_new_tokens, prompts, options,
+                 tokens.prompts.at(0), tokens.prefix, options.max_new_tokens, prompts, options,
                  [&](const Completion& c) {
                    std::vector<std::int32_t> text_ids;  // specials skipped, as in the results
                    for (std::int32_t id : c.tokens)
@@ -349,7 +353,7 @@ std::string warm_up(model::engine::Engine& engine, const dist::Groups& groups,
 void warm_up_throughput(model::engine::Engine& engine, const dist::Groups& groups,
                         const std::vector<std::int32_t>& first_prompt, std::size_t prompts,
                         const RunnerOptions& options) {
-  warm_up_rounds(engine, groups, first_prompt, first_prompt, options.max_new_tokens, prompts,
+  warm_up_rounds(engine, groups, first_prompt, first_prompt, {}, options.max_new_tokens, prompts,
                  options, [](const Completion&) {});
 }
 

@@ -83,6 +83,7 @@ eval::RunnerOptions runner_options(const K3evalOptions& o, const Serving& servin
   eval::RunnerOptions r;
   r.generator.drafter = serving.drafter.get();
   r.generator.speculation = serving.speculation.get();
+  r.generator.resident_prefixes = serving.resident_prefixes.get();
   r.max_new_tokens = static_cast<std::size_t>(o.max_new_tokens);
   r.sampling = {static_cast<float>(o.temperature), o.seed};
   r.extractor = eval::parse_extractor(o.answer_extractor);

@@ -179,6 +179,8 @@ class GenerationRun {
                                   static_cast<std::size_t>(largest[0]));
     const std::size_t known = speculation_->cost().calibrated_requests();
     if (running == 0 || known >= running) return false;
+    // The steps below write slot 0 and the drafter's first slots: prefixes left there are gone.
+    if (options_.resident_prefixes) options_.resident_prefixes->prefixes.clear();
     const std::size_t context = engine_.options().context_length;
     const std::size_t max_rows = std::min(running * (block + 1), context);
     const std::size_t known_rows = std::min(known * (block + 1), context);
@@ -283,8 +285,14 @@ class GenerationRun {
     return true;
   }
 
-  // Prefix snapshots first, each in its own slot; requests wait until all are computed.
+  // Prefix snapshots first, each in its own slot; requests wait until all are computed. Those an
+  // earlier run left in their slots (GeneratorOptions::resident_prefixes) are not computed again.
   void start_prefixes() {
+    for (int s = prefix_slots(); s < engine_.options().slots; ++s) free_slots_.push_back(s);
+    ResidentPrefixes* resident = options_.resident_prefixes;
+    if (resident && !prefixes_.empty() && resident->prefixes == prefixes_) return;
+    if (resident) resident->prefixes.clear();  // recorded again once all are computed
+    recording_ = resident && !prefixes_.empty();
     for (int i = 0; i < prefix_slots(); ++i) {
       Sequence s;
       s.prompt = &prefixes_[static_cast<std::size_t>(i)];
@@ -293,7 +301,6 @@ class GenerationRun {
       if (drafter_) drafter_->reset_slot(i);
       prefills_.push_back(std::move(s));
     }
-    for (int s = prefix_slots(); s < engine_.options().slots; ++s) free_slots_.push_back(s);
   }
 
   // The longest registered prefix `prompt` starts with, or -1.
@@ -695,6 +702,10 @@ class GenerationRun {
     prefills_.erase(std::remove_if(prefills_.begin(), prefills_.end(),
                                    [](const Sequence& s) { return s.decoding; }),
                     prefills_.end());
+    if (recording_ && prefills_.empty()) {
+      options_.resident_prefixes->prefixes = prefixes_;
+      recording_ = false;
+    }
     for (auto it = running_.begin(); it != running_.end();) {
       if (it->request == nullptr) {
         free_slots_.push_back(it->slot);
@@ -739,6 +750,7 @@ class GenerationRun {
   std::size_t committed_ = 0;  // tokens the decode rows committed this step
   bool drafting_ = false;
   double target_s_ = 0, draft_s_ = 0, overhead_s_ = 0;
+  bool recording_ = false;  // this run computes the prefixes it leaves resident
 };
 
 }  // namespace

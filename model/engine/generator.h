@@ -81,6 +81,16 @@ class DraftSource {
 std::size_t accepted_drafts(std::span<const std::int32_t> drafts,
                             std::span<const std::int32_t> verified);
 
+// Prefix snapshots that outlive a run: the prefixes a run computed stay in their slots (slot i
+// holds prefixes[i]), and the next run on the same engine that registers the same prefixes
+// starts from them instead of computing them again (k3eval's warm-up computes the few-shot
+// block its timed run then reuses). Owned by the caller, beside the engine; every run given it
+// keeps it true: a run that registers other prefixes, or calibrates speculation on those slots,
+// clears it before it writes them.
+struct ResidentPrefixes {
+  std::vector<std::vector<std::int32_t>> prefixes;
+};
+
 struct GeneratorOptions {
   int max_running_requests = 16;
   std::size_t chunked_prefill_size = 512;
@@ -98,6 +108,8 @@ struct GeneratorOptions {
   // max_running_requests). A warm-up sets the evaluation's, so that its calibration steps are
   // not spent inside the timed run.
   std::size_t calibration_requests = 0;
+  // The prefixes the engine's slots already hold (not owned; null: every run computes its own).
+  ResidentPrefixes* resident_prefixes = nullptr;
 };
 
 struct GeneratorStats {

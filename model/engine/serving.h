@@ -52,6 +52,8 @@ struct Serving {
   std::unique_ptr<Drafter> drafter;  // null without speculation
   int block_size = 0;                // the drafter's tokens per round (0 without one)
   std::unique_ptr<Speculation> speculation;  // beside the drafter: the draft-length policy
+  // The prefix snapshots the engine's slots hold between runs (the warm-up's, for the timed run).
+  std::unique_ptr<ResidentPrefixes> resident_prefixes = std::make_unique<ResidentPrefixes>();
 };
 
 // Collective over the world: one clear error on every rank if any rank's part fails

@@ -223,6 +223,41 @@ TEST_P(ServingTest, PrefixCacheMatchesRecomputing) {
             plain_stats.prefill_tokens + shared.size());
 }
 
+// A prefix one run computed serves the next run on the same engine (k3eval's warm-up and its
+// timed run): not computed again, the same tokens; a run with other prefixes clears the record
+// before it writes those slots, and the one after it computes the prefix again.
+TEST_P(ServingTest, AResidentPrefixServesTheNextRunWithTheSameTokens) {
+  const auto shared = random_prompts(1, 48, 48, 4096, 31)[0];
+  auto prompts = random_prompts(5, 3, 20, 4096, 34);
+  for (auto& p : prompts) p.insert(p.begin(), shared.begin(), shared.end());
+  GeneratorOptions g;
+  g.max_running_requests = 4;
+  g.prefix_caching = false;
+  const auto want = run(prompts, g);
+  g.prefix_caching = true;
+  model::engine::ResidentPrefixes resident;
+  g.resident_prefixes = &resident;
+  EngineOptions o;
+  o.slots = g.max_running_requests + 1;
+  o.exact = true;
+  auto e = engine(GetParam(), o);
+  const dist::Groups& groups = one_rank().groups;
+  std::size_t suffixes = 0;
+  for (const auto& p : prompts) suffixes += p.size() - shared.size();
+  model::engine::GeneratorStats first, second, other, again;
+  const std::vector<std::vector<std::int32_t>> warm_up(prompts.begin(), prompts.begin() + 1);
+  generate(*e, groups, g, warm_up, 2, shared, &first);
+  EXPECT_EQ(first.prefill_tokens, prompts[0].size());
+  ASSERT_EQ(resident.prefixes, std::vector<std::vector<std::int32_t>>{shared});
+  EXPECT_EQ(generate(*e, groups, g, prompts, kNewTokens, shared, &second), want);
+  EXPECT_EQ(second.prefill_tokens, suffixes) << "the resident prefix was computed again";
+  EXPECT_EQ(second.cached_tokens, prompts.size() * shared.size());
+  generate(*e, groups, g, prompts, 2, {}, &other);  // no prefix: its requests take every slot
+  EXPECT_TRUE(resident.prefixes.empty());
+  EXPECT_EQ(generate(*e, groups, g, prompts, kNewTokens, shared, &again), want);
+  EXPECT_EQ(again.prefill_tokens, suffixes + shared.size());
+}
+
 TEST_P(ServingTest, BatchOf16MatchesOneAtATime) {
   const auto prompts = random_prompts(16, 5, 40, 4096, 41);
   GeneratorOptions batched, single;
