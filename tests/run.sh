@@ -8,10 +8,6 @@
 #                 built as in release and check their buffers once per product, quant_tests'
 #                 every load: quant/README.md; eval_tests' and common_tests' own code at -O0);
 #   * build-fuzz/ libFuzzer on the untrusted-input readers, one process per core at a time.
-# The sanitizer and fuzzing trees are built while the release tests run, at the idle scheduling
-# class (chrt --idle), in the CPU time the tests leave: their MPI ranks wait in collectives and
-# for lost hosts (a fifth of the stage's CPU time is idle). Not beside the release build: on this
-# VM an idle-class compile still slows a normal one (the build took 733 s instead of 244).
 # Prints each step's wall time as it ends, and all of them at the end.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,44 +29,21 @@ stage() {  # stage NAME COMMAND...: a timed stage, counted; a failed one does no
 }
 
 timed packages jobs/install_deps.sh
-
 # The tests and benchmarks are configured in, also in a tree the quickstart made without them.
 timed build jobs/build.sh -DBUILD_TESTING=ON -DK3_BUILD_BENCHMARKS=ON
-
-# The sanitizer tree: everything that decodes untrusted bytes, built by clang (a tree configured
-# with another compiler is made again); then the fuzzing tree. Built in the background while the
-# release tests run, at the idle class; the build log is build-asan.log, named if it fails.
-if [[ -f build-asan/CMakeCache.txt ]] && ! grep -q '^CMAKE_CXX_COMPILER:[A-Z]*=.*clang++' build-asan/CMakeCache.txt; then
-  rm -rf build-asan
-fi
-background_builds() {
-  CC=clang CXX=clang++ K3_BUILD_DIR="$root/build-asan" \
-    K3_BUILD_TARGETS="common_tests quant_tests quant_span_tests tokenizer_tests model_tests eval_tests engine_tests k3ckpt" \
-    jobs/build.sh -DK3_SANITIZE=ON -DK3_BUILD_BENCHMARKS=OFF &&
-    tests/fuzz/run_fuzzers.sh --build-only
-}
-background_start=$SECONDS
-root=$root setsid chrt --idle 0 bash -c "$(declare -f background_builds); background_builds" \
-  >build-asan.log 2>&1 &
-background_pid=$!  # its own process group (setsid), which a run that stops early ends
-trap 'kill -- "-$background_pid" 2>/dev/null || true' EXIT
 
 # Oversubscribed MPI ranks on 2 cores, as root in CI.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
 
 stage release bash -c 'cd build && ctest --output-on-failure -j "$(nproc)"'
 
-# The background builds, waited for (the step's time is the wait; they started with the tests).
-wait_background() {
-  if wait "$background_pid"; then
-    echo "run.sh: sanitizer and fuzzing trees built in $((SECONDS - background_start)) s, beside the release tests"
-  else
-    tail -40 build-asan.log
-    echo "run.sh: the sanitizer or fuzzing tree failed to build; full output in $root/build-asan.log" >&2
-    return 1
-  fi
-}
-timed build-asan wait_background
+# Everything that decodes untrusted bytes, again under AddressSanitizer + UBSan, built by clang
+# (a tree configured with another compiler is made again).
+if [[ -f build-asan/CMakeCache.txt ]] && ! grep -q '^CMAKE_CXX_COMPILER:[A-Z]*=.*clang++' build-asan/CMakeCache.txt; then
+  rm -rf build-asan
+fi
+CC=clang CXX=clang++ K3_BUILD_DIR="$root/build-asan" K3_BUILD_TARGETS="common_tests quant_tests quant_span_tests tokenizer_tests model_tests eval_tests engine_tests k3ckpt" \
+  timed build-asan jobs/build.sh -DK3_SANITIZE=ON -DK3_BUILD_BENCHMARKS=OFF
 stage sanitizers bash -c 'cd build-asan && ctest --output-on-failure -j "$(nproc)" -L "common|quant|tokenizer|model|eval|engine" -LE mpi'
 
 # The untrusted-input readers under libFuzzer (clang, ASan + UBSan), a bounded time each.
