@@ -119,11 +119,14 @@ K3_512 void vnni_gemv_groups(const uint8_t* g, size_t gstride, const ActView& a,
 // L2): one group at a time read one stream and left the memory bus a third idle (bench_quant
 // Q8_0 7168x3584 batch 4: 2.81 ms against 1.71 ms at batch 1). With S = 1 (more rows: compute-
 // bound) the group stays in L2 across the activation chunks and its accumulators in registers.
-template <Type T, size_t S, int NA>
+// kRepeatLast: only the first `live` (< NA) rows are real; the last of them stands in for the
+// rest, whose outputs are not stored (VnniFamily::kStreamsAsFour).
+template <Type T, size_t S, int NA, bool kRepeatLast = false>
 K3_512 void vnni_gemm_groups(const uint8_t* g, size_t gstride, const ActView& a, size_t a0,
-                             bool stream, float* y, size_t ldy) {
+                             bool stream, float* y, size_t ldy, int live = NA) {
   constexpr size_t kSuper = kVnniSuper<T>;
   const size_t nb = a.blocks;
+  const int stored = kRepeatLast ? live : NA;
   __m512 acc[S][NA][4];
   for (size_t s = 0; s < S; ++s)
     for (int i = 0; i < NA; ++i)
@@ -138,7 +141,7 @@ K3_512 void vnni_gemm_groups(const uint8_t* g, size_t gstride, const ActView& a,
         const uint8_t* p = g + s * gstride + b * kSuper;
         if (stream) prefetch_super<kSuper, kVnniPrefetch<T>>(p, jump);
         for (int i = 0; i < NA; ++i) {
-          const size_t ab = (a0 + i) * nb + b;
+          const size_t ab = (a0 + (kRepeatLast ? std::min(i, stored - 1) : i)) * nb + b;
           __m512i x[8];
           for (int q = 0; q < 8; ++q) x[q] = broadcast_quad(a.qs + 32 * ab + 4 * q);
           acc[s][i][k] = vnni_accumulate<T>(p, x, a.nisum[ab], a.d[ab], acc[s][i][k]);
@@ -147,7 +150,7 @@ K3_512 void vnni_gemm_groups(const uint8_t* g, size_t gstride, const ActView& a,
     }
   }
   for (size_t s = 0; s < S; ++s)
-    for (int i = 0; i < NA; ++i)
+    for (int i = 0; i < stored; ++i)
       _mm512_storeu_ps(y + (a0 + i) * ldy + 16 * s, vnni_finish(acc[s][i]));
 }
 
@@ -380,6 +383,15 @@ struct VnniFamily {
                                    bool stream, float* y, size_t ldy) {
     vnni_gemm_groups<T, S, NA>(g, gstride, a, a0, stream, y, ldy);
   }
+  template <size_t S, int NA>
+  K3_512_INLINE static void groups(const uint8_t* g, size_t gstride, const ActView& a, size_t a0,
+                                   bool stream, float* y, size_t ldy, int live) {
+    vnni_gemm_groups<T, S, NA, true>(g, gstride, a, a0, stream, y, ldy, live);
+  }
+  // Streamed from memory, Q8_0's 2 and 3 rows took longer than 4 (bench_quant 4096x4096, cold:
+  // 0.76-0.90 and 0.76-0.97 ms against 0.66-0.71; the other families grow with the rows): they
+  // run as 4, the last row repeated and its outputs not stored.
+  static constexpr bool kStreamsAsFour = T == Type::kQ8_0;
   static bool interleaved(const ActView&) { return false; }
   static void group16(const uint8_t*, const ActView&, float*, size_t) {}
 };
@@ -397,6 +409,7 @@ struct KVnniFamily {
                                    bool stream, float* y, size_t ldy) {
     k_vnni_gemm_groups<kQ3, S, NA>(g, gstride, a, a0, stream, y, ldy);
   }
+  static constexpr bool kStreamsAsFour = false;
   static bool interleaved(const ActView& a) { return !kQ3 && a.bsums16 != nullptr; }
   K3_512_INLINE static void group16(const uint8_t* g, const ActView& a, float* y, size_t ldy) {
     if constexpr (!kQ3) k_vnni_q2_rows16(g, a, y, ldy);
@@ -412,15 +425,15 @@ K3_512_INLINE void vnni_gemv_dispatch(const uint8_t* g, size_t gstride, size_t g
   F::template gemv<S>(g, gstride, a, y);
 }
 
-template <class F, int NA, size_t S = kVnniStreams>
+template <class F, int NA, size_t S = kVnniStreams, class... Live>
 K3_512_INLINE void vnni_gemm_dispatch(const uint8_t* g, size_t gstride, size_t groups,
                                       const ActView& a, size_t a0, bool stream, float* y,
-                                      size_t ldy) {
+                                      size_t ldy, Live... live) {
   if constexpr (S > 1) {
     if (groups < S)
-      return vnni_gemm_dispatch<F, NA, S - 1>(g, gstride, groups, a, a0, stream, y, ldy);
+      return vnni_gemm_dispatch<F, NA, S - 1>(g, gstride, groups, a, a0, stream, y, ldy, live...);
   }
-  F::template groups<S, NA>(g, gstride, a, a0, stream, y, ldy);
+  F::template groups<S, NA>(g, gstride, a, a0, stream, y, ldy, live...);
 }
 
 // Every activation row on `groups` groups from g (side by side): passes of 4 rows, then the
@@ -432,6 +445,11 @@ K3_512_INLINE void vnni_passes(const uint8_t* g, size_t gstride, size_t groups, 
   for (; a0 + 4 <= a.rows; a0 += 4)
     vnni_gemm_dispatch<F, 4>(g, gstride, groups, a, a0, stream && a0 == 0, y, ldy);
   const bool first = stream && a0 == 0;
+  if constexpr (F::kStreamsAsFour) {
+    if (first && a.rows >= 2)
+      return vnni_gemm_dispatch<F, 4>(g, gstride, groups, a, 0, true, y, ldy,
+                                      static_cast<int>(a.rows));
+  }
   if (a.rows - a0 == 3) vnni_gemm_dispatch<F, 3>(g, gstride, groups, a, a0, first, y, ldy);
   if (a.rows - a0 == 2) vnni_gemm_dispatch<F, 2>(g, gstride, groups, a, a0, first, y, ldy);
   if (a.rows - a0 == 1) vnni_gemm_dispatch<F, 1>(g, gstride, groups, a, a0, first, y, ldy);

@@ -1,6 +1,7 @@
-// bench_quant: GEMV (batch 1) and GEMM (batch 4, 16, 64) for every weight format, in weight bytes
-// per second, next to a plain read bandwidth measured on the very same buffers (pct_of_read),
-// and next to the same read with the kernels' software prefetch (pct_of_read_pf).
+// bench_quant: GEMV (batch 1) and GEMM (batch 4, 8, 16, 64; 2 and 3 in the VNNI order) for every
+// weight format, in weight bytes per second, next to a plain read bandwidth measured on the very
+// same buffers (pct_of_read), and next to the same read with the kernels' software prefetch
+// (pct_of_read_pf).
 //
 // Weights stream from memory as in real decoding: each benchmark rotates over enough copies of
 // the matrix to fill K3_BENCH_WORKING_SET_MB (default 1024 MiB; 0 = one copy, which may then be
@@ -354,7 +355,9 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark(("read/" + base).c_str(), bench_read, f, s)
           ->Unit(benchmark::kMillisecond)
           ->MinTime(0.3);
-      for (std::size_t batch : {1, 4, 8, 16, 64}) {
+      for (std::size_t batch : {1, 2, 3, 4, 8, 16, 64}) {
+        // 2 and 3 rows (a verify step of 1-2 drafts) for the engine's VNNI-order layouts.
+        if ((batch == 2 || batch == 3) && !f.vnni) continue;
         benchmark::RegisterBenchmark(("gemm/" + base + "/batch:" + std::to_string(batch)).c_str(),
                                      bench_matmul, f, s, batch)
             ->Unit(benchmark::kMillisecond)
