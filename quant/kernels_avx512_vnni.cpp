@@ -389,8 +389,9 @@ struct VnniFamily {
     vnni_gemm_groups<T, S, NA, true>(g, gstride, a, a0, stream, y, ldy, live);
   }
   // Streamed from memory, Q8_0's 2 and 3 rows took longer than 4 (bench_quant 4096x4096, cold:
-  // 0.76-0.90 and 0.76-0.97 ms against 0.66-0.71; the other families grow with the rows): they
-  // run as 4, the last row repeated and its outputs not stored.
+  // 0.76-0.90 and 0.76-0.97 ms against 0.66-0.71; 7 rows 1.00-1.26 against 8 at 0.94-1.21; the
+  // other families grow with the rows): the last 2 or 3 rows of a streamed product run as 4, the
+  // last row repeated and its outputs not stored.
   static constexpr bool kStreamsAsFour = T == Type::kQ8_0;
   static bool interleaved(const ActView&) { return false; }
   static void group16(const uint8_t*, const ActView&, float*, size_t) {}
@@ -437,7 +438,8 @@ K3_512_INLINE void vnni_gemm_dispatch(const uint8_t* g, size_t gstride, size_t g
 }
 
 // Every activation row on `groups` groups from g (side by side): passes of 4 rows, then the
-// last 1-3 rows in one pass; the first pass prefetches the groups' streams if `stream`.
+// last 1-3 rows in one pass (as 4 where F::kStreamsAsFour and `stream`); the first pass
+// prefetches the groups' streams if `stream`.
 template <class F>
 K3_512_INLINE void vnni_passes(const uint8_t* g, size_t gstride, size_t groups, const ActView& a,
                                bool stream, float* y, size_t ldy) {
@@ -446,9 +448,9 @@ K3_512_INLINE void vnni_passes(const uint8_t* g, size_t gstride, size_t groups, 
     vnni_gemm_dispatch<F, 4>(g, gstride, groups, a, a0, stream && a0 == 0, y, ldy);
   const bool first = stream && a0 == 0;
   if constexpr (F::kStreamsAsFour) {
-    if (first && a.rows >= 2)
-      return vnni_gemm_dispatch<F, 4>(g, gstride, groups, a, 0, true, y, ldy,
-                                      static_cast<int>(a.rows));
+    if (stream && a.rows - a0 >= 2)
+      return vnni_gemm_dispatch<F, 4>(g, gstride, groups, a, a0, first, y, ldy,
+                                      static_cast<int>(a.rows - a0));
   }
   if (a.rows - a0 == 3) vnni_gemm_dispatch<F, 3>(g, gstride, groups, a, a0, first, y, ldy);
   if (a.rows - a0 == 2) vnni_gemm_dispatch<F, 2>(g, gstride, groups, a, a0, first, y, ldy);

@@ -209,7 +209,7 @@ TEST(QuantRepack, VnniOrderGivesThePlainLayoutsBits) {
       const QuantizedMatrix m = quantize(t, heavy_tailed(rng, rows * cols), rows, cols);
       const Repacked p = repack_vnni(m.view());
       const std::string what = where(t, rows, cols, {kVnniRows, true});
-      for (std::size_t n : {1u, 2u, 3u, 4u, 5u, 11u, 12u, 16u, 17u, 33u, 64u}) {
+      for (std::size_t n : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 11u, 12u, 16u, 17u, 33u, 64u}) {
         const std::vector<float> x = heavy_tailed(rng, n * cols);
         const Activations a = Activations::prepare(traits(t).act, x, n, cols);
         for (Isa isa : available_isas()) {
