@@ -101,7 +101,8 @@ class StepCostModel {
   double projection_seconds(std::size_t rows) const {
     return rows == 0 ? 0.0 : projection_.at(rows);
   }
-  double overhead_seconds() const { return overhead_; }  // per step, outside target and drafter
+  // Per decode step, outside target and drafter (learned from steps without prompt rows).
+  double overhead_seconds() const { return overhead_; }
   // The idle job's times (the faster of repeated calls is the better measure).
   void calibrate_target(std::size_t rows, double seconds) { target_.calibrate(rows, seconds); }
   void calibrate_draft(std::size_t requests, double seconds) {
