@@ -461,7 +461,6 @@ class GenerationRun {
     batch_.insert(batch_.end(), prefill.begin(), prefill.end());
     batch_seq_.insert(batch_seq_.end(), prefill_seq.begin(), prefill_seq.end());
     // Rows as the drafts will make them: the cost model's measure of this step.
-    prefill_rows_ = prefill_rows;
     plain_rows_ = prefill_rows + decoding_;
     step_rows_ = plain_rows_;
     for (std::size_t i = 0; i < verifying_; ++i) step_rows_ += batch_seq_[i]->k;
@@ -567,7 +566,7 @@ class GenerationRun {
     StepResult result = engine_.step(batch_);
     target_s_ = now() - t0;
     last_rows_ = step_rows_;
-    last_prefill_rows_ = prefill_rows_;
+    last_prefill_rows_ = plain_rows_ - decoding_;
     last_drafted_ = drafting_ ? verifying_ : 0;
     ++stats_.steps;
     nonfinite_ = result.nonfinite_logits > 0;
@@ -751,7 +750,7 @@ class GenerationRun {
   static constexpr int drafter_block_ = 1 << 20;
   // plain_rows_: the step's prefill rows and one row per decoding sequence (no drafts).
   std::size_t step_rows_ = 0, plain_rows_ = 0, last_rows_ = 0, last_drafted_ = 0;
-  std::size_t prefill_rows_ = 0, last_prefill_rows_ = 0;
+  std::size_t last_prefill_rows_ = 0;
   std::size_t last_projected_ = 0;  // the drafter's pending rows its last call projected first
   std::size_t committed_ = 0;  // tokens the decode rows committed this step
   bool drafting_ = false;
