@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <thread>
@@ -86,6 +87,22 @@ Runtime::~Runtime() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
+}
+
+void Runtime::bound_teardown(double seconds, int code) {
+  if (seconds <= 0) return;
+  const int me = rank();
+  // Detached: a teardown that finishes ends the process, and the thread with it.
+  std::thread([seconds, code, me] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    if (me != 0) silence_console();  // every rank's log says it; the console once
+    spdlog::warn(
+        "rank {}: the job has ended, but its teardown (the watchdog's stop, MPI_Finalize) has "
+        "not finished in {:g} s (--exit-timeout); the rank exits with code {} without it",
+        me, seconds, code);
+    flush_logs();
+    std::_Exit(code);
+  }).detach();
 }
 
 int Runtime::run(const std::function<int()>& body) {

@@ -1,6 +1,8 @@
 // k3eval: the MPI batch job. It builds and verifies the parallel layout, plans, loads and audits
 // each rank's checkpoint slice, and runs the GSM8K evaluation on the Kimi-K3 engine (or
 // --mode throughput, `k3eval logits`, `k3eval score`, --load-only, --check-layout).
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -81,6 +83,10 @@ int run_k3eval(dist::Runtime& runtime, int argc, char** argv) {
           options.collective_timeout);
     }
   }
+  // From the moment the job's outcome is recorded, its way out is bounded (--exit-timeout).
+  auto bound_teardown = [&](ExitCode code) {
+    runtime.bound_teardown(options.exit_timeout, static_cast<int>(code));
+  };
   int code = 0;
   try {
     code = run_job(runtime, options, watchdog ? &*watchdog : nullptr);
@@ -89,13 +95,16 @@ int run_k3eval(dist::Runtime& runtime, int argc, char** argv) {
                    e.reporting_rank() >= 0
                        ? "rank " + std::to_string(e.reporting_rank()) + ": " + e.message()
                        : e.message());
+    bound_teardown(e.exit_code());
     throw;
   } catch (const Error& e) {
     record_failure(e.exit_code(), "rank " + std::to_string(runtime.rank()) + ": " + e.what());
+    bound_teardown(e.exit_code());
     throw;
   } catch (const std::exception& e) {
     record_failure(ExitCode::kInternal,
                    "rank " + std::to_string(runtime.rank()) + ": unexpected error: " + e.what());
+    bound_teardown(ExitCode::kInternal);
     throw;
   }
   // Modes without a verdict of their own (load-only, throughput, logits) end as "ok".
@@ -105,6 +114,12 @@ int run_k3eval(dist::Runtime& runtime, int argc, char** argv) {
     eval::write_status(artifacts / "status",
                        code == 0 ? eval::RunStatus::kOk : eval::RunStatus::kFailed,
                        code == 0 ? "" : "exit code " + std::to_string(code));
+  }
+  runtime.bound_teardown(options.exit_timeout, code);
+  if (options.debug_hang_at_exit && *options.debug_hang_at_exit == runtime.rank()) {
+    spdlog::warn("injected hang on the way out (--debug-hang-at-exit {})", runtime.rank());
+    dist::flush_logs();
+    for (;;) ::pause();
   }
   return code;
 }

@@ -96,6 +96,10 @@ po::options_description describe(K3evalOptions& o) {
       ("collective-timeout", po::value(&o.collective_timeout)->value_name("S"),
        "end the job when a rank has waited S seconds in one collective (a hung or stopped "
        "rank), naming the ranks that did not arrive (default 600; 0: no watchdog)")
+      ("exit-timeout", po::value(&o.exit_timeout)->value_name("S"),
+       "once the job has ended and its status is written, a rank whose teardown (MPI_Finalize) "
+       "has not finished in S seconds exits on its own with the job's exit code (default 60; "
+       "0: wait for ever)")
       ("threads", po::value<int>()->value_name("N"),
        "oneTBB threads per rank (default: SLURM_CPUS_PER_TASK under Slurm, else 1)");
   // clang-format on
@@ -217,7 +221,10 @@ po::options_description describe(K3evalOptions& o) {
        "kill would (tests of the failure record)")
       ("debug-stop-rank", po::value<int>()->value_name("R"),
        "rank R sends itself SIGSTOP once the model is loaded and warmed up, as a hung node "
-       "would (tests of --collective-timeout)");
+       "would (tests of --collective-timeout)")
+      ("debug-hang-at-exit", po::value<int>()->value_name("R"),
+       "rank R never returns once the job has ended and its status is written, as a rank hung "
+       "in MPI_Finalize would (tests of --exit-timeout)");
   // clang-format on
 
   po::options_description all(
@@ -261,6 +268,8 @@ void validate(K3evalOptions& o) {
   if (!(o.temperature >= 0)) throw UsageError("--temperature must be 0 or more");
   if (!(o.collective_timeout >= 0))
     throw UsageError("--collective-timeout must be 0 (no watchdog) or a number of seconds");
+  if (!(o.exit_timeout >= 0))
+    throw UsageError("--exit-timeout must be 0 (no bound) or a number of seconds");
   if (o.mode != "eval" && o.mode != "throughput") {
     throw UsageError("--mode '" + o.mode + "' is not one of eval, throughput");
   }
@@ -364,6 +373,7 @@ K3evalOptions parse_k3eval_options(int argc, const char* const* argv) {
   if (vm.count("debug-log-error")) o.debug_log_error = vm["debug-log-error"].as<int>();
   if (vm.count("debug-kill-rank")) o.debug_kill_rank = vm["debug-kill-rank"].as<int>();
   if (vm.count("debug-stop-rank")) o.debug_stop_rank = vm["debug-stop-rank"].as<int>();
+  if (vm.count("debug-hang-at-exit")) o.debug_hang_at_exit = vm["debug-hang-at-exit"].as<int>();
   validate(o);
   return o;
 }

@@ -81,7 +81,9 @@ struct K3evalOptions {
   int debug_abort_after = 0;  // abort the job after N questions were written (resume tests)
   std::optional<int> debug_kill_rank;  // SIGKILL rank R once warmed up (failure-record tests)
   std::optional<int> debug_stop_rank;  // SIGSTOP rank R once warmed up (watchdog tests)
+  std::optional<int> debug_hang_at_exit;  // rank R never returns once the job has ended
   double collective_timeout = 600;     // s a rank may wait in one collective; 0: no watchdog
+  double exit_timeout = 60;            // s a rank may take to tear down after the job; 0: no bound
   bool help = false;
   bool version = false;
   std::string command_line;  // as launched, for logs and artifacts

@@ -198,6 +198,22 @@ PY
     expect_err "collective timeout: rank"
     expect_err "did not arrive: rank 3 (silent for"
     pgrep -f -- "--debug-stop-rank 3" >/dev/null && fail "a rank of the stopped job is still alive"
+    # A rank that hangs on its way out, as one hung in MPI_Finalize would, holds every other rank
+    # in MPI_Finalize: once the status is written, --exit-timeout ends them all, the results kept.
+    start=$(date +%s)
+    run 8 "${common[@]}" "${layout8[@]}" --num-questions 2 --max-new-tokens 4 --exit-timeout 3 \
+      --debug-hang-at-exit 3 --artifacts-dir "$work/hung-exit"
+    elapsed=$(( $(date +%s) - start ))
+    [[ $rc -ne 124 ]] || fail "a rank hung on its way out: the job did not end"
+    [[ $elapsed -le 40 ]] || fail "a rank hung on its way out: the job took $elapsed s with --exit-timeout 3"
+    [[ $(cat "$work/hung-exit/status") == ok ]] || fail "hung exit: status $(cat "$work/hung-exit/status")"
+    [[ $(wc -l <"$work/hung-exit/questions.jsonl") -eq 2 ]] || fail "hung exit: the results were not kept"
+    grep -q 'injected hang on the way out' "$work/hung-exit/logs/rank-00003.log" || fail "rank 3 did not hang"
+    for r in 0 3; do
+      grep -q "has not finished in 3 s (--exit-timeout); the rank exits with code 0" "$work/hung-exit/logs/rank-0000$r.log" ||
+        fail "rank $r's log does not say why it ended: $(tail -2 "$work/hung-exit/logs/rank-0000$r.log")"
+    done
+    pgrep -f -- "--debug-hang-at-exit 3" >/dev/null && fail "a rank of the hung-exit job is still alive"
     # An error k3eval sees itself: rank 0 records it, with the rank and the message. (Rank 0
     # alone: when every rank fails outside a collective, another rank's abort may end rank 0
     # before it has written, and then only a launcher wrapper can record the failure.)

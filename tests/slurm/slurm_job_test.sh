@@ -80,6 +80,25 @@ submit() {
   [[ $rc -eq 0 && $job =~ ^[0-9]+$ ]] || { fail "sbatch failed ($rc): $(cat "$work/sbatch.err")"; finish; }
   echo "submitted job $job: sbatch $*"
 }
+# show_stuck: what a job that outlived its deadline is doing, for a hang seen once in many runs:
+# its processes with their states and the kernel's wait channel of every k3eval thread, and (with
+# gdb) the stacks of the first ranks.
+show_stuck() {
+  local pid t
+  echo "--- processes at the deadline ---"
+  ps -eo pid,ppid,stat,etimes,wchan:24,args | grep -E '^ *PID|slurmstepd|slurm_script|srun|tee |bin/k3eval' | grep -v grep
+  for pid in $(pgrep -x k3eval | head -64); do
+    printf 'k3eval %s threads waiting in:' "$pid"
+    for t in /proc/"$pid"/task/*; do printf ' %s' "$(cat "$t/wchan" 2>/dev/null)"; done
+    echo
+  done
+  if command -v gdb >/dev/null; then
+    for pid in $(pgrep -x k3eval | head -2); do
+      timeout 30 gdb -batch -p "$pid" -ex 'thread apply all bt 12' 2>/dev/null | grep -E '^(#|Thread)'
+    done
+  fi
+  echo "---"
+}
 # wait_job SECONDS: polls the job until it has ended; sets $state, $exit_code and $output (the
 # job's output file) from `scontrol show job`, whose record stays MinJobAge=300 s after the end
 # (the cluster has no accounting database for sacct).
@@ -94,6 +113,7 @@ wait_job() {
     esac
     if ((SECONDS >= deadline)); then
       fail "job $job still '$state' after $1 s: $info"
+      show_stuck
       scancel "$job"
       break
     fi
