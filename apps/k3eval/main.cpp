@@ -107,13 +107,23 @@ int run_k3eval(dist::Runtime& runtime, int argc, char** argv) {
     bound_teardown(ExitCode::kInternal);
     throw;
   }
-  // Modes without a verdict of their own (load-only, throughput, logits) end as "ok".
-  if (root && !artifacts.empty() &&
-      eval::read_status_word(artifacts / "status") ==
-          eval::status_word(eval::RunStatus::kRunning)) {
-    eval::write_status(artifacts / "status",
-                       code == 0 ? eval::RunStatus::kOk : eval::RunStatus::kFailed,
-                       code == 0 ? "" : "exit code " + std::to_string(code));
+  // Modes without a verdict of their own (load-only, throughput, logits) end as "ok". The other
+  // ranks wait for rank 0 to have written it (in a collective the watchdog watches, as rank 0's
+  // report and history before it), so that none is on its bounded way out, or ended by the
+  // launcher after it, while rank 0 still writes the job's record.
+  try {
+    runtime.collectively([&] {
+      if (root && !artifacts.empty() &&
+          eval::read_status_word(artifacts / "status") ==
+              eval::status_word(eval::RunStatus::kRunning)) {
+        eval::write_status(artifacts / "status",
+                           code == 0 ? eval::RunStatus::kOk : eval::RunStatus::kFailed,
+                           code == 0 ? "" : "exit code " + std::to_string(code));
+      }
+    });
+  } catch (const dist::ReportedError& e) {
+    bound_teardown(e.exit_code());
+    throw;
   }
   runtime.bound_teardown(options.exit_timeout, code);
   if (options.debug_hang_at_exit && *options.debug_hang_at_exit == runtime.rank()) {
