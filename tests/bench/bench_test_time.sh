@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Where a ctest run's time goes: runs ctest in a build tree while sampling /proc/stat every
-# second, then prints the run's wall time and how many of the machine's cores were busy, each
-# test's wall time and busy cores (the 40 longest), and the core-seconds left idle inside the
-# tests that ran alone (RUN_SERIAL: no other test beside them), the time only less waiting in
-# those tests can win back.
+# second, then prints ctest's verdict (a failure also fails this script), the run's wall time and
+# how many of the machine's cores were busy, each test's wall time and busy cores (the 40
+# longest), and the core-seconds left idle inside the tests that ran alone (RUN_SERIAL: no other
+# test beside them), the time only less waiting in those tests can win back.
 # Usage: tests/bench/bench_test_time.sh BUILD_DIR [ctest arguments, default -j $(nproc)]
 # Example: tests/bench/bench_test_time.sh build -j 2 -L mpi
 set -euo pipefail
@@ -18,7 +18,11 @@ sampler=$!
 trap 'kill $sampler 2>/dev/null || true' EXIT
 (cd "$build" && ctest "$@" 2>&1) | while IFS= read -r line; do echo "$(date +%s.%N) $line"; done >"$out/ctest" || true
 kill $sampler 2>/dev/null || true
-grep -qE 'tests passed|tests failed' "$out/ctest" || { echo "ctest printed no summary: $out/ctest" >&2; exit 1; }
+# ctest's verdict and the tests it names as failed, as it printed them.
+summary=$(grep -E 'tests passed' "$out/ctest" | cut -d' ' -f2-) ||
+  { echo "ctest printed no summary: $(tail -5 "$out/ctest")" >&2; exit 1; }
+echo "ctest: $summary"
+sed -n '/The following tests FAILED/,$p' "$out/ctest" | cut -d' ' -f2-
 
 python3 - "$out" "$(nproc)" <<'PY'
 import bisect, re, sys
@@ -65,3 +69,4 @@ for wall, name, alone, busy in sorted(rows, reverse=True)[:40]:
 print(f"tests that ran alone: {alone_wall:.0f} s, {alone_idle:.0f} core-s idle inside them")
 PY
 rm -rf "$out"
+[[ $summary == "100% tests passed"* ]]
