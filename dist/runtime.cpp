@@ -25,6 +25,8 @@ namespace {
 std::thread::id g_main_thread;
 
 constexpr int kTokenBytes = 64;
+// How much longer than rank 0 the other ranks wait out a teardown (Runtime::bound_teardown).
+constexpr double kNonRootExitMargin = 5.0;
 constexpr int kHostBytes = 256;
 
 // The first process on this host to bind the abstract socket name wins; the kernel releases the
@@ -92,15 +94,31 @@ Runtime::~Runtime() {
 void Runtime::bound_teardown(double seconds, int code) {
   if (seconds <= 0) return;
   const int me = rank();
+  // Rank 0 leaves first, through MPI_Abort with the job's code, and the others later. When every
+  // rank of a job left on the same instant without MPI_Finalize, Open MPI 4.1's mpirun sometimes
+  // deadlocked in its own finalize (PMIx_server_finalize); an abort is its routine path: it ends
+  // the other ranks with SIGTERM and exits with that code. A launcher that does not end them (srun
+  // by default) lets them wait out the margin and leave alone.
+  const double wait = me == 0 ? seconds : seconds + kNonRootExitMargin;
   // Detached: a teardown that finishes ends the process, and the thread with it.
-  std::thread([seconds, code, me] {
-    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  std::thread([seconds, wait, code, me] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(wait));
     if (me != 0) silence_console();  // every rank's log says it; the console once
     spdlog::warn(
         "rank {}: the job has ended, but its teardown (the watchdog's stop, MPI_Finalize) has "
-        "not finished in {:g} s (--exit-timeout); the rank exits with code {} without it",
-        me, seconds, code);
+        "not finished in {:g} s (--exit-timeout{}); the rank exits with code {} without it",
+        me, wait, me == 0 ? "" : fmt::format(" {:g} s, ranks other than 0 {:g} s more", seconds,
+                                             kNonRootExitMargin),
+        code);
     flush_logs();
+    if (me == 0) {
+      // MPI_Abort lets mpirun end the job on its own path; should it block too, leave anyway.
+      std::thread([code] {
+        std::this_thread::sleep_for(std::chrono::duration<double>(kNonRootExitMargin));
+        std::_Exit(code);
+      }).detach();
+      MPI_Abort(MPI_COMM_WORLD, code);
+    }
     std::_Exit(code);
   }).detach();
 }

@@ -98,8 +98,8 @@ po::options_description describe(K3evalOptions& o) {
        "rank), naming the ranks that did not arrive (default 600; 0: no watchdog)")
       ("exit-timeout", po::value(&o.exit_timeout)->value_name("S"),
        "once the job has ended and its status is written, a rank whose teardown (MPI_Finalize) "
-       "has not finished in S seconds exits on its own with the job's exit code (default 60; "
-       "0: wait for ever)")
+       "has not finished in S seconds exits on its own with the job's exit code; rank 0 "
+       "first, the others 5 s later (default 60; 0: wait for ever)")
       ("threads", po::value<int>()->value_name("N"),
        "oneTBB threads per rank (default: SLURM_CPUS_PER_TASK under Slurm, else 1)");
   // clang-format on
