@@ -72,9 +72,10 @@ class Runtime {
   NodeInfo discover_nodes(int ranks_per_node);
 
   // Bounds what follows the end of the job (the watchdog's stop, the communicators' free,
-  // MPI_Finalize): if this process is still alive `seconds` from now, it logs why and exits with
-  // `code` on its own. Called once the job's results and status are written, so a launcher never
-  // waits for ever on a rank that hangs on its way out. 0: no bound.
+  // MPI_Finalize): if this process is still alive `seconds` from now, it logs why and leaves with
+  // `code`: rank 0 through MPI_Abort (the launcher then ends the others), any other rank 5 s later
+  // on its own. Called once the job's results and status are written, so a launcher never waits
+  // for ever on a rank that hangs on its way out. 0: no bound.
   void bound_teardown(double seconds, int code);
 
   // Logs `message` with this rank, once per host, and aborts the whole job with `code`.
