@@ -61,6 +61,7 @@ Runtime::Runtime(int& argc, char**& argv) {
   // Errors surface as return codes, which check_mpi turns into exceptions with context.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   world_ = Comm::world();
+  MPI_Comm_dup(MPI_COMM_WORLD, &teardown_);
   init_logging(world_.rank(), world_.size());
   if (provided < MPI_THREAD_FUNNELED) {
     fatal("the MPI library provides thread level " + std::to_string(provided) +
@@ -88,7 +89,19 @@ Runtime::~Runtime() {
   flush_logs();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  // Every rank meets in a plain barrier before MPI_Finalize, whose own wait is a PMIx fence: a
+  // rank that never comes keeps the others here, not in the fence, when bound_teardown ends the
+  // job. Ranks killed inside that fence can leave Open MPI 4.1's mpirun hung in its finalize
+  // (PMIx_server_finalize), after every rank has gone.
+  MPI_Request arrived = MPI_REQUEST_NULL;
+  if (teardown_ != MPI_COMM_NULL && MPI_Ibarrier(teardown_, &arrived) == MPI_SUCCESS) {
+    int done = 0;
+    while (MPI_Test(&arrived, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  MPI_Finalize();
 }
 
 void Runtime::bound_teardown(double seconds, int code) {

@@ -88,6 +88,9 @@ class Runtime {
  private:
   bool thread_multiple_ = false;
   Comm world_;
+  // A copy of the world for the barrier before MPI_Finalize alone, so that it never matches a
+  // collective another rank is still in when one leaves early on an error.
+  MPI_Comm teardown_ = MPI_COMM_NULL;
   LaunchEnv env_;
   std::string job_token_;  // unique per job, the same on every rank
 };

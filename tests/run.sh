@@ -8,7 +8,6 @@
 #                 built as in release and check their buffers once per product, quant_tests'
 #                 every load: quant/README.md; eval_tests' and common_tests' own code at -O0);
 #   * build-fuzz/ libFuzzer on the untrusted-input readers, one process per core at a time.
-# The last two trees build at the lowest CPU priority while the release tests run.
 # Prints each step's wall time as it ends, and all of them at the end.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -36,42 +35,15 @@ timed build jobs/build.sh -DBUILD_TESTING=ON -DK3_BUILD_BENCHMARKS=ON
 # Oversubscribed MPI ranks on 2 cores, as root in CI.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
 
-# The sanitizer and fuzzing trees build while the release tests run, at the lowest CPU priority:
-# the release stage's MPI tests run one at a time and leave a core idle for about a third of
-# their time (docs/PERFORMANCE.md), which the compilers fill without taking a core from a test.
-# The sanitizer tree is built by clang (a tree configured with another compiler is made again).
-sanitizer_trees() {
-  if [[ -f build-asan/CMakeCache.txt ]] && ! grep -q '^CMAKE_CXX_COMPILER:[A-Z]*=.*clang++' build-asan/CMakeCache.txt; then
-    rm -rf build-asan
-  fi
-  CC=clang CXX=clang++ K3_BUILD_DIR="$root/build-asan" K3_BUILD_TARGETS="common_tests quant_tests quant_span_tests tokenizer_tests model_tests eval_tests engine_tests k3ckpt" \
-    jobs/build.sh -DK3_SANITIZE=ON -DK3_BUILD_BENCHMARKS=OFF &&
-    tests/fuzz/run_fuzzers.sh --build-only
-}
-trees_log=$root/build/sanitizer-trees.log
-(
-  renice -n 19 "$BASHPID" >/dev/null
-  t0=$SECONDS
-  rc=0
-  sanitizer_trees || rc=$?
-  echo "sanitizer and fuzzing trees built in $((SECONDS - t0)) s, exit $rc"
-  exit $rc
-) >"$trees_log" 2>&1 &
-trees=$!
-# Interrupted, the script takes that build down with it (a background job ignores SIGINT).
-kill_tree() { local c; for c in $(pgrep -P "$1"); do kill_tree "$c"; done; kill "$1" 2>/dev/null || true; }
-trap 'kill_tree $trees; exit 130' INT TERM
-
 stage release bash -c 'cd build && ctest --output-on-failure -j "$(nproc)"'
 
-# What is left of the two trees' build once the release tests are done.
-trees_built() {
-  if wait "$trees"; then tail -1 "$trees_log"; return 0; fi
-  tail -40 "$trees_log"
-  echo "the sanitizer or fuzzing tree did not build; the whole log: $trees_log" >&2
-  return 1
-}
-timed sanitizer-trees trees_built
+# Everything that decodes untrusted bytes, again under AddressSanitizer + UBSan, built by clang
+# (a tree configured with another compiler is made again).
+if [[ -f build-asan/CMakeCache.txt ]] && ! grep -q '^CMAKE_CXX_COMPILER:[A-Z]*=.*clang++' build-asan/CMakeCache.txt; then
+  rm -rf build-asan
+fi
+CC=clang CXX=clang++ K3_BUILD_DIR="$root/build-asan" K3_BUILD_TARGETS="common_tests quant_tests quant_span_tests tokenizer_tests model_tests eval_tests engine_tests k3ckpt" \
+  timed build-asan jobs/build.sh -DK3_SANITIZE=ON -DK3_BUILD_BENCHMARKS=OFF
 stage sanitizers bash -c 'cd build-asan && ctest --output-on-failure -j "$(nproc)" -L "common|quant|tokenizer|model|eval|engine" -LE mpi'
 
 # The untrusted-input readers under libFuzzer (clang, ASan + UBSan), a bounded time each.

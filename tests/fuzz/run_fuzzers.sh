@@ -5,11 +5,8 @@
 # checkpoints. Inputs in tests/fuzz/regressions/<target>/ (past crashes) are replayed first.
 # A crash fails the run and leaves its input in build-fuzz/crashes/ for a regression test.
 # Usage: tests/fuzz/run_fuzzers.sh [seconds per target, default 60]
-#        tests/fuzz/run_fuzzers.sh --build-only   (configures and builds the targets, no more)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-build_only=false
-[[ ${1:-} == --build-only ]] && { build_only=true; shift; }
 seconds=${1:-60}
 build=$root/build-fuzz
 if [[ ! -f $build/CMakeCache.txt ]]; then
@@ -18,7 +15,6 @@ if [[ ! -f $build/CMakeCache.txt ]]; then
 fi
 targets=(fuzz_safetensors fuzz_gguf fuzz_modelslim_description fuzz_config_json fuzz_tiktoken)
 cmake --build "$build" --parallel "$(nproc)" "${targets[@]/#/--target=}"
-$build_only && exit 0
 
 # Seeds from real synthetic checkpoints: a small complete GGUF header file and safetensors
 # header prefixes (the reader reports them truncated, which still drives the whole parser).
