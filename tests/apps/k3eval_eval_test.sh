@@ -209,12 +209,11 @@ PY
     [[ $(cat "$work/hung-exit/status") == ok ]] || fail "hung exit: status $(cat "$work/hung-exit/status")"
     [[ $(wc -l <"$work/hung-exit/questions.jsonl") -eq 2 ]] || fail "hung exit: the results were not kept"
     grep -q 'injected hang on the way out' "$work/hung-exit/logs/rank-00003.log" || fail "rank 3 did not hang"
-    # Rank 0 leaves first, by MPI_Abort; mpirun then ends the others, rank 3 with a SIGTERM.
+    # Rank 0 leaves first, by MPI_Abort, and says why; mpirun then ends the others (rank 3 may log
+    # its SIGTERM, unless mpirun's SIGKILL comes first).
     grep -q "has not finished in 3 s (--exit-timeout); the rank exits with code 0" \
       "$work/hung-exit/logs/rank-00000.log" ||
       fail "rank 0's log does not say why it ended: $(tail -2 "$work/hung-exit/logs/rank-00000.log")"
-    grep -Eq "has not finished in 8 s|terminated by the launcher \(SIGTERM\)" "$work/hung-exit/logs/rank-00003.log" ||
-      fail "rank 3's log does not say why it ended: $(tail -2 "$work/hung-exit/logs/rank-00003.log")"
     pgrep -f -- "--debug-hang-at-exit 3" >/dev/null && fail "a rank of the hung-exit job is still alive"
     # An error k3eval sees itself: rank 0 records it, with the rank and the message. (Rank 0
     # alone: when every rank fails outside a collective, another rank's abort may end rank 0
