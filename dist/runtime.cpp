@@ -29,6 +29,20 @@ constexpr int kTokenBytes = 64;
 constexpr double kNonRootExitMargin = 5.0;
 constexpr int kHostBytes = 256;
 
+// Completes `request`, sleeping between tests rather than spinning: with ranks oversubscribed on
+// few cores, a spinning wait takes the CPU from the rank everyone waits for. Returns MPI_Test's
+// error code.
+int wait_napping(MPI_Request& request) {
+  auto nap = std::chrono::microseconds(50);
+  for (;;) {
+    int done = 0;
+    const int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || done) return rc;
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(25000));
+  }
+}
+
 // The first process on this host to bind the abstract socket name wins; the kernel releases the
 // name when the process dies, so nothing is left behind by an aborted job.
 bool first_on_host(const std::string& token) {
@@ -96,10 +110,7 @@ Runtime::~Runtime() {
   // (PMIx_server_finalize), after every rank has gone.
   MPI_Request arrived = MPI_REQUEST_NULL;
   if (teardown_ != MPI_COMM_NULL && MPI_Ibarrier(teardown_, &arrived) == MPI_SUCCESS) {
-    int done = 0;
-    while (MPI_Test(&arrived, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    wait_napping(arrived);  // an error here leaves MPI_Finalize to report it
   }
   MPI_Finalize();
 }
@@ -171,19 +182,11 @@ void Runtime::collectively(const std::function<void()>& fn) {
   int mine = code != 0 ? rank() : world_size();
   int first = world_size();
   // The ranks that finish early sleep rather than spin while the others work: a stage such as
-  // the planning rank's binding runs for seconds, and with ranks oversubscribed on few cores a
-  // spinning wait takes the CPU from the rank everyone waits for.
+  // the planning rank's binding runs for seconds.
   MPI_Request request = MPI_REQUEST_NULL;
   check_mpi(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world_.handle(), &request),
             "MPI_Iallreduce");
-  auto nap = std::chrono::microseconds(50);
-  for (;;) {
-    int done = 0;
-    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-    if (done) break;
-    std::this_thread::sleep_for(nap);
-    nap = std::min(nap * 2, std::chrono::microseconds(25000));
-  }
+  check_mpi(wait_napping(request), "MPI_Test");
   if (first == world_size()) return;
   const bool logged = reported_by >= 0;
   std::array<int, 2> outcome = {code, logged ? reported_by : rank()};
