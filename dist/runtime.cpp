@@ -25,7 +25,8 @@ namespace {
 std::thread::id g_main_thread;
 
 constexpr int kTokenBytes = 64;
-// How much longer than rank 0 the other ranks wait out a teardown (Runtime::bound_teardown).
+// How much longer than rank 0 the other ranks wait out a teardown, and how long rank 0 gives
+// MPI_Abort before it leaves without it (Runtime::bound_teardown).
 constexpr double kNonRootExitMargin = 5.0;
 constexpr int kHostBytes = 256;
 
