@@ -1,5 +1,11 @@
 // Typed collectives over a dist::Comm: the handful the engine and evaluator need, with MPI's
 // counts and displacements computed here rather than at every call site. Main thread only.
+//
+// Each is MPI's nonblocking form completed at once (`complete`): the call posts every message of
+// its schedule together, where the blocking algorithms Open MPI picks for all-to-all and
+// allgather go round by round, each round waiting for one peer. A round that waits for a peer
+// the kernel has not scheduled costs a time slice; on a host with more ranks than cores (64
+// ranks on 2 cores) that made a 64-rank job about 1.5x slower (docs/PERFORMANCE.md).
 #pragma once
 
 #include <mpi.h>
@@ -72,15 +78,19 @@ inline std::uint64_t not_mine_bytes(std::span<const int> counts, int me, std::si
 
 // MPI counts are int; refuse sizes that would silently wrap.
 int checked_count(std::size_t n, const char* what);
+// Waits for the collective `request` started; `what` names the MPI call in an error.
+void complete(MPI_Request& request, const char* what);
 std::vector<int> displacements(std::span<const int> counts, const char* what);
 
 // In place over `data` on every member.
 template <class T>
 void allreduce(const Comm& comm, std::span<T> data, ReduceOp op) {
   const WaitScope wait("allreduce", comm, allreduce_bytes(data.size_bytes(), comm.size()));
-  check_mpi(MPI_Allreduce(MPI_IN_PLACE, data.data(), checked_count(data.size(), "allreduce"),
-                          mpi_type<T>(), mpi_op(op), comm.handle()),
-            "MPI_Allreduce");
+  MPI_Request request;
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data.data(), checked_count(data.size(), "allreduce"),
+                           mpi_type<T>(), mpi_op(op), comm.handle(), &request),
+            "MPI_Iallreduce");
+  complete(request, "MPI_Iallreduce");
 }
 
 template <class T>
@@ -114,8 +124,11 @@ template <class T>
 std::vector<T> allgather(const Comm& comm, const T& value) {
   const WaitScope wait("allgather", comm, to_others_bytes(sizeof(T), comm.size()));
   std::vector<T> out(comm.size());
-  check_mpi(MPI_Allgather(&value, 1, mpi_type<T>(), out.data(), 1, mpi_type<T>(), comm.handle()),
-            "MPI_Allgather");
+  MPI_Request request;
+  check_mpi(MPI_Iallgather(&value, 1, mpi_type<T>(), out.data(), 1, mpi_type<T>(), comm.handle(),
+                           &request),
+            "MPI_Iallgather");
+  complete(request, "MPI_Iallgather");
   return out;
 }
 
@@ -149,10 +162,12 @@ Gathered<T> allgatherv(const Comm& comm, std::span<const T> mine, std::vector<in
   out.counts = std::move(counts);
   out.displs = displacements(out.counts, "allgatherv");
   out.data.resize(static_cast<std::size_t>(out.displs.back() + out.counts.back()));
+  MPI_Request request;
   check_mpi(
-      MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), mpi_type<T>(), out.data.data(),
-                     out.counts.data(), out.displs.data(), mpi_type<T>(), comm.handle()),
-      "MPI_Allgatherv");
+      MPI_Iallgatherv(mine.data(), static_cast<int>(mine.size()), mpi_type<T>(), out.data.data(),
+                      out.counts.data(), out.displs.data(), mpi_type<T>(), comm.handle(), &request),
+      "MPI_Iallgatherv");
+  complete(request, "MPI_Iallgatherv");
   return out;
 }
 
@@ -164,15 +179,19 @@ Gathered<T> gatherv(const Comm& comm, std::span<const T> mine, int root) {
   const int count = checked_count(mine.size(), "gatherv");
   Gathered<T> out;
   if (comm.rank() == root) out.counts.resize(comm.size());
-  check_mpi(MPI_Gather(&count, 1, MPI_INT, out.counts.data(), 1, MPI_INT, root, comm.handle()),
-            "MPI_Gather");
+  MPI_Request request;
+  check_mpi(MPI_Igather(&count, 1, MPI_INT, out.counts.data(), 1, MPI_INT, root, comm.handle(),
+                        &request),
+            "MPI_Igather");
+  complete(request, "MPI_Igather");
   if (comm.rank() == root) {
     out.displs = displacements(out.counts, "gatherv");
     out.data.resize(static_cast<std::size_t>(out.displs.back() + out.counts.back()));
   }
-  check_mpi(MPI_Gatherv(mine.data(), count, mpi_type<T>(), out.data.data(), out.counts.data(),
-                        out.displs.data(), mpi_type<T>(), root, comm.handle()),
-            "MPI_Gatherv");
+  check_mpi(MPI_Igatherv(mine.data(), count, mpi_type<T>(), out.data.data(), out.counts.data(),
+                         out.displs.data(), mpi_type<T>(), root, comm.handle(), &request),
+            "MPI_Igatherv");
+  complete(request, "MPI_Igatherv");
   return out;
 }
 
@@ -208,9 +227,11 @@ Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const
   const WaitScope wait("alltoallv", comm, to_others_bytes(sizeof(int), comm.size()));
   alltoallv_send_displs(comm, send.size(), send_counts);  // argument errors before any call
   std::vector<int> recv_counts(comm.size());
-  check_mpi(
-      MPI_Alltoall(send_counts.data(), 1, MPI_INT, recv_counts.data(), 1, MPI_INT, comm.handle()),
-      "MPI_Alltoall");
+  MPI_Request request;
+  check_mpi(MPI_Ialltoall(send_counts.data(), 1, MPI_INT, recv_counts.data(), 1, MPI_INT,
+                          comm.handle(), &request),
+            "MPI_Ialltoall");
+  complete(request, "MPI_Ialltoall");
   return alltoallv(comm, send, send_counts, std::move(recv_counts));
 }
 
@@ -229,10 +250,12 @@ Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const
   out.counts = std::move(recv_counts);
   out.displs = displacements(out.counts, "alltoallv receive");
   out.data.resize(static_cast<std::size_t>(out.displs.back() + out.counts.back()));
-  check_mpi(MPI_Alltoallv(send.data(), send_counts.data(), send_displs.data(), mpi_type<T>(),
-                          out.data.data(), out.counts.data(), out.displs.data(), mpi_type<T>(),
-                          comm.handle()),
-            "MPI_Alltoallv");
+  MPI_Request request;
+  check_mpi(MPI_Ialltoallv(send.data(), send_counts.data(), send_displs.data(), mpi_type<T>(),
+                           out.data.data(), out.counts.data(), out.displs.data(), mpi_type<T>(),
+                           comm.handle(), &request),
+            "MPI_Ialltoallv");
+  complete(request, "MPI_Ialltoallv");
   return out;
 }
 
@@ -240,9 +263,11 @@ template <class T>
 void bcast(const Comm& comm, std::span<T> data, int root) {
   const WaitScope wait("bcast", comm,
                        comm.rank() == root ? to_others_bytes(data.size_bytes(), comm.size()) : 0);
-  check_mpi(MPI_Bcast(data.data(), checked_count(data.size(), "bcast"), mpi_type<T>(), root,
-                      comm.handle()),
-            "MPI_Bcast");
+  MPI_Request request;
+  check_mpi(MPI_Ibcast(data.data(), checked_count(data.size(), "bcast"), mpi_type<T>(), root,
+                       comm.handle(), &request),
+            "MPI_Ibcast");
+  complete(request, "MPI_Ibcast");
 }
 
 // A string of any length from `root` to every member.
