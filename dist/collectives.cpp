@@ -18,7 +18,8 @@ MPI_Op mpi_op(ReduceOp op) {
   throw InternalError("unknown reduce op");
 }
 
-void complete(MPI_Request& request, const char* what) {
+void complete(int started, MPI_Request& request, const char* what) {
+  check_mpi(started, what);
   check_mpi(MPI_Wait(&request, MPI_STATUS_IGNORE), what);
 }
 
@@ -70,10 +71,9 @@ std::string scatter_parts(const Comm& comm, std::span<const std::string> parts, 
   }
   int mine = 0;
   MPI_Request request;
-  check_mpi(MPI_Iscatter(counts.data(), 1, MPI_INT, &mine, 1, MPI_INT, root, comm.handle(),
-                         &request),
-            "MPI_Iscatter");
-  complete(request, "MPI_Iscatter");
+  complete(
+      MPI_Iscatter(counts.data(), 1, MPI_INT, &mine, 1, MPI_INT, root, comm.handle(), &request),
+      request, "MPI_Iscatter");
   std::string out(static_cast<std::size_t>(mine), '\0');
   constexpr int kTag = 7301;
   if (comm.rank() == root) {
@@ -99,8 +99,7 @@ std::string scatter_parts(const Comm& comm, std::span<const std::string> parts, 
 void barrier(const Comm& comm) {
   const WaitScope wait("barrier", comm);
   MPI_Request request;
-  check_mpi(MPI_Ibarrier(comm.handle(), &request), "MPI_Ibarrier");
-  complete(request, "MPI_Ibarrier");
+  complete(MPI_Ibarrier(comm.handle(), &request), request, "MPI_Ibarrier");
 }
 
 }  // namespace k3::dist
@@ -126,10 +125,9 @@ void allreduce_sum_ordered(const Comm& comm, std::span<float> data) {
   const std::vector<float> sum = reduce_scatter_sum_ordered(comm, data, counts);
   std::copy(sum.begin(), sum.end(), data.begin() + displs[me]);
   MPI_Request request;
-  check_mpi(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data(), counts.data(),
-                            displs.data(), MPI_FLOAT, comm.handle(), &request),
-            "MPI_Iallgatherv");
-  complete(request, "MPI_Iallgatherv");
+  complete(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data(), counts.data(),
+                           displs.data(), MPI_FLOAT, comm.handle(), &request),
+           request, "MPI_Iallgatherv");
 }
 
 std::vector<float> reduce_scatter_sum_ordered(const Comm& comm, std::span<const float> data,
@@ -145,11 +143,10 @@ std::vector<float> reduce_scatter_sum_ordered(const Comm& comm, std::span<const 
   for (std::size_t r = 0; r < p; ++r) recv_displs[r] = static_cast<int>(r) * mine;
   std::vector<float> parts(p * static_cast<std::size_t>(mine));
   MPI_Request request;
-  check_mpi(MPI_Ialltoallv(data.data(), counts.data(), displs.data(), MPI_FLOAT, parts.data(),
-                           recv_counts.data(), recv_displs.data(), MPI_FLOAT, comm.handle(),
-                           &request),
-            "MPI_Ialltoallv");
-  complete(request, "MPI_Ialltoallv");
+  complete(
+      MPI_Ialltoallv(data.data(), counts.data(), displs.data(), MPI_FLOAT, parts.data(),
+                     recv_counts.data(), recv_displs.data(), MPI_FLOAT, comm.handle(), &request),
+      request, "MPI_Ialltoallv");
   std::vector<float> sum(parts.begin(), parts.begin() + mine);
   for (std::size_t r = 1; r < p; ++r) {
     const float* part = parts.data() + r * static_cast<std::size_t>(mine);
@@ -172,11 +169,10 @@ void allreduce_maxloc(const Comm& comm, std::span<float> values, std::span<std::
   std::vector<Pair> pairs(values.size());
   for (std::size_t i = 0; i < values.size(); ++i) pairs[i] = {values[i], ids[i]};
   MPI_Request request;
-  check_mpi(
+  complete(
       MPI_Iallreduce(MPI_IN_PLACE, pairs.data(), checked_count(pairs.size(), "allreduce_maxloc"),
                      MPI_FLOAT_INT, MPI_MAXLOC, comm.handle(), &request),
-      "MPI_Iallreduce(MAXLOC)");
-  complete(request, "MPI_Iallreduce(MAXLOC)");
+      request, "MPI_Iallreduce(MAXLOC)");
   for (std::size_t i = 0; i < values.size(); ++i) {
     values[i] = pairs[i].value;
     ids[i] = pairs[i].id;

@@ -78,8 +78,9 @@ inline std::uint64_t not_mine_bytes(std::span<const int> counts, int me, std::si
 
 // MPI counts are int; refuse sizes that would silently wrap.
 int checked_count(std::size_t n, const char* what);
-// Waits for the collective `request` started; `what` names the MPI call in an error.
-void complete(MPI_Request& request, const char* what);
+// A nonblocking collective, started (`started`: the MPI_I... call's code) and waited for at once:
+// either call's error names `what`, the MPI call.
+void complete(int started, MPI_Request& request, const char* what);
 std::vector<int> displacements(std::span<const int> counts, const char* what);
 
 // In place over `data` on every member.
@@ -87,10 +88,9 @@ template <class T>
 void allreduce(const Comm& comm, std::span<T> data, ReduceOp op) {
   const WaitScope wait("allreduce", comm, allreduce_bytes(data.size_bytes(), comm.size()));
   MPI_Request request;
-  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data.data(), checked_count(data.size(), "allreduce"),
-                           mpi_type<T>(), mpi_op(op), comm.handle(), &request),
-            "MPI_Iallreduce");
-  complete(request, "MPI_Iallreduce");
+  complete(MPI_Iallreduce(MPI_IN_PLACE, data.data(), checked_count(data.size(), "allreduce"),
+                          mpi_type<T>(), mpi_op(op), comm.handle(), &request),
+           request, "MPI_Iallreduce");
 }
 
 template <class T>
@@ -125,10 +125,9 @@ std::vector<T> allgather(const Comm& comm, const T& value) {
   const WaitScope wait("allgather", comm, to_others_bytes(sizeof(T), comm.size()));
   std::vector<T> out(comm.size());
   MPI_Request request;
-  check_mpi(MPI_Iallgather(&value, 1, mpi_type<T>(), out.data(), 1, mpi_type<T>(), comm.handle(),
-                           &request),
-            "MPI_Iallgather");
-  complete(request, "MPI_Iallgather");
+  complete(MPI_Iallgather(&value, 1, mpi_type<T>(), out.data(), 1, mpi_type<T>(), comm.handle(),
+                          &request),
+           request, "MPI_Iallgather");
   return out;
 }
 
@@ -163,35 +162,31 @@ Gathered<T> allgatherv(const Comm& comm, std::span<const T> mine, std::vector<in
   out.displs = displacements(out.counts, "allgatherv");
   out.data.resize(static_cast<std::size_t>(out.displs.back() + out.counts.back()));
   MPI_Request request;
-  check_mpi(
+  complete(
       MPI_Iallgatherv(mine.data(), static_cast<int>(mine.size()), mpi_type<T>(), out.data.data(),
                       out.counts.data(), out.displs.data(), mpi_type<T>(), comm.handle(), &request),
-      "MPI_Iallgatherv");
-  complete(request, "MPI_Iallgatherv");
+      request, "MPI_Iallgatherv");
   return out;
 }
 
 // Variable-length contributions to `root`; other members get an empty result.
 template <class T>
 Gathered<T> gatherv(const Comm& comm, std::span<const T> mine, int root) {
-  const WaitScope wait("gatherv", comm,
-                       comm.rank() == root ? 0 : mine.size_bytes() + sizeof(int));
+  const WaitScope wait("gatherv", comm, comm.rank() == root ? 0 : mine.size_bytes() + sizeof(int));
   const int count = checked_count(mine.size(), "gatherv");
   Gathered<T> out;
   if (comm.rank() == root) out.counts.resize(comm.size());
   MPI_Request request;
-  check_mpi(MPI_Igather(&count, 1, MPI_INT, out.counts.data(), 1, MPI_INT, root, comm.handle(),
-                        &request),
-            "MPI_Igather");
-  complete(request, "MPI_Igather");
+  complete(
+      MPI_Igather(&count, 1, MPI_INT, out.counts.data(), 1, MPI_INT, root, comm.handle(), &request),
+      request, "MPI_Igather");
   if (comm.rank() == root) {
     out.displs = displacements(out.counts, "gatherv");
     out.data.resize(static_cast<std::size_t>(out.displs.back() + out.counts.back()));
   }
-  check_mpi(MPI_Igatherv(mine.data(), count, mpi_type<T>(), out.data.data(), out.counts.data(),
-                         out.displs.data(), mpi_type<T>(), root, comm.handle(), &request),
-            "MPI_Igatherv");
-  complete(request, "MPI_Igatherv");
+  complete(MPI_Igatherv(mine.data(), count, mpi_type<T>(), out.data.data(), out.counts.data(),
+                        out.displs.data(), mpi_type<T>(), root, comm.handle(), &request),
+           request, "MPI_Igatherv");
   return out;
 }
 
@@ -228,10 +223,9 @@ Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const
   alltoallv_send_displs(comm, send.size(), send_counts);  // argument errors before any call
   std::vector<int> recv_counts(comm.size());
   MPI_Request request;
-  check_mpi(MPI_Ialltoall(send_counts.data(), 1, MPI_INT, recv_counts.data(), 1, MPI_INT,
-                          comm.handle(), &request),
-            "MPI_Ialltoall");
-  complete(request, "MPI_Ialltoall");
+  complete(MPI_Ialltoall(send_counts.data(), 1, MPI_INT, recv_counts.data(), 1, MPI_INT,
+                         comm.handle(), &request),
+           request, "MPI_Ialltoall");
   return alltoallv(comm, send, send_counts, std::move(recv_counts));
 }
 
@@ -251,11 +245,10 @@ Gathered<T> alltoallv(const Comm& comm, std::span<const T> send, std::span<const
   out.displs = displacements(out.counts, "alltoallv receive");
   out.data.resize(static_cast<std::size_t>(out.displs.back() + out.counts.back()));
   MPI_Request request;
-  check_mpi(MPI_Ialltoallv(send.data(), send_counts.data(), send_displs.data(), mpi_type<T>(),
-                           out.data.data(), out.counts.data(), out.displs.data(), mpi_type<T>(),
-                           comm.handle(), &request),
-            "MPI_Ialltoallv");
-  complete(request, "MPI_Ialltoallv");
+  complete(MPI_Ialltoallv(send.data(), send_counts.data(), send_displs.data(), mpi_type<T>(),
+                          out.data.data(), out.counts.data(), out.displs.data(), mpi_type<T>(),
+                          comm.handle(), &request),
+           request, "MPI_Ialltoallv");
   return out;
 }
 
@@ -264,10 +257,9 @@ void bcast(const Comm& comm, std::span<T> data, int root) {
   const WaitScope wait("bcast", comm,
                        comm.rank() == root ? to_others_bytes(data.size_bytes(), comm.size()) : 0);
   MPI_Request request;
-  check_mpi(MPI_Ibcast(data.data(), checked_count(data.size(), "bcast"), mpi_type<T>(), root,
-                       comm.handle(), &request),
-            "MPI_Ibcast");
-  complete(request, "MPI_Ibcast");
+  complete(MPI_Ibcast(data.data(), checked_count(data.size(), "bcast"), mpi_type<T>(), root,
+                      comm.handle(), &request),
+           request, "MPI_Ibcast");
 }
 
 // A string of any length from `root` to every member.
