@@ -90,7 +90,8 @@ K3_512_INLINE __m512 vnni_finish(const __m512* acc) {
 
 // Batch 1 on S consecutive groups starting at g (group stride gstride bytes): rows 16 S.
 template <Type T, size_t S>
-K3_512 void vnni_gemv_groups(const uint8_t* g, size_t gstride, const ActView& a, float* y) {
+K3_512_NOINLINE void vnni_gemv_groups(const uint8_t* g, size_t gstride, const ActView& a,
+                                      float* y) {
   constexpr size_t kSuper = kVnniSuper<T>;
   __m512 acc[S][4];
   for (size_t s = 0; s < S; ++s)
@@ -122,8 +123,8 @@ K3_512 void vnni_gemv_groups(const uint8_t* g, size_t gstride, const ActView& a,
 // kRepeatLast: only the first `live` (< NA) rows are real; the last of them stands in for the
 // rest, whose outputs are not stored (VnniFamily::kStreamsAsFour).
 template <Type T, size_t S, int NA, bool kRepeatLast = false>
-K3_512 void vnni_gemm_groups(const uint8_t* g, size_t gstride, const ActView& a, size_t a0,
-                             bool stream, float* y, size_t ldy, int live = NA) {
+K3_512_NOINLINE void vnni_gemm_groups(const uint8_t* g, size_t gstride, const ActView& a, size_t a0,
+                                      bool stream, float* y, size_t ldy, int live = NA) {
   constexpr size_t kSuper = kVnniSuper<T>;
   const size_t nb = a.blocks;
   const int stored = kRepeatLast ? live : NA;
@@ -278,8 +279,8 @@ inline constexpr size_t kKVnniPrefetch = 4096;
 // NA (<= 4) activation rows on S groups side by side, as vnni_gemm_groups; at batch 1 (NA = 1,
 // a0 = 0, `stream`) the S streams of vnni_gemv_groups.
 template <bool kQ3, size_t S, int NA>
-K3_512 void k_vnni_gemm_groups(const uint8_t* g, size_t gstride, const ActView& a, size_t a0,
-                               bool stream, float* y, size_t ldy) {
+K3_512_NOINLINE void k_vnni_gemm_groups(const uint8_t* g, size_t gstride, const ActView& a,
+                                        size_t a0, bool stream, float* y, size_t ldy) {
   constexpr size_t kSuper = kKVnniSuper<kQ3>;
   __m512 acc[S][NA], accm[S][NA];
   for (size_t s = 0; s < S; ++s)
