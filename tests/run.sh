@@ -7,7 +7,8 @@
 #                 on 2 cores; at -O1; the GEMM kernels the engine links are
 #                 built as in release and check their buffers once per product, quant_tests'
 #                 every load: quant/README.md; eval_tests' and common_tests' own code at -O0);
-#   * build-fuzz/ libFuzzer on the untrusted-input readers, one process per core at a time.
+#   * build-fuzz/ libFuzzer on the untrusted-input readers, one process per core at a time (the
+#                 tree builds beside build-asan/).
 # Prints each step's wall time as it ends, and all of them at the end.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,12 +39,26 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yi
 stage release bash -c 'cd build && ctest --output-on-failure -j "$(nproc)"'
 
 # Everything that decodes untrusted bytes, again under AddressSanitizer + UBSan, built by clang
-# (a tree configured with another compiler is made again).
+# (a tree configured with another compiler is made again). The fuzzing tree builds at the same
+# time: alone, its one large file (the checkpoint readers) would leave a core idle for half of
+# its build. Its output goes to a log file, named if it fails.
 if [[ -f build-asan/CMakeCache.txt ]] && ! grep -q '^CMAKE_CXX_COMPILER:[A-Z]*=.*clang++' build-asan/CMakeCache.txt; then
   rm -rf build-asan
 fi
-CC=clang CXX=clang++ K3_BUILD_DIR="$root/build-asan" K3_BUILD_TARGETS="common_tests quant_tests quant_span_tests tokenizer_tests model_tests eval_tests engine_tests k3ckpt" \
-  timed build-asan jobs/build.sh -DK3_SANITIZE=ON -DK3_BUILD_BENCHMARKS=OFF
+fuzz_build_log=$root/build/fuzz-build.log
+sanitizer_builds() {
+  tests/fuzz/run_fuzzers.sh --build-only >"$fuzz_build_log" 2>&1 &
+  local fuzz_build=$! rc=0
+  CC=clang CXX=clang++ K3_BUILD_DIR="$root/build-asan" K3_BUILD_TARGETS="common_tests quant_tests quant_span_tests tokenizer_tests model_tests eval_tests engine_tests k3ckpt" \
+    jobs/build.sh -DK3_SANITIZE=ON -DK3_BUILD_BENCHMARKS=OFF || rc=$?
+  if ! wait "$fuzz_build"; then
+    echo "run.sh: building the fuzzing tree failed; its output: $fuzz_build_log" >&2
+    tail -30 "$fuzz_build_log" >&2
+    rc=1
+  fi
+  return $rc
+}
+timed build-asan+fuzz sanitizer_builds
 stage sanitizers bash -c 'cd build-asan && ctest --output-on-failure -j "$(nproc)" -L "common|quant|tokenizer|model|eval|engine" -LE mpi'
 
 # The untrusted-input readers under libFuzzer (clang, ASan + UBSan), a bounded time each.
