@@ -5,9 +5,13 @@
 # checkpoints. Inputs in tests/fuzz/regressions/<target>/ (past crashes) are replayed first.
 # A crash fails the run and leaves its input in build-fuzz/crashes/ for a regression test.
 # Usage: tests/fuzz/run_fuzzers.sh [seconds per target, default 60]
+#        tests/fuzz/run_fuzzers.sh --build-only   (configures and builds the targets, runs nothing)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build_only=0
+if [[ ${1:-} == --build-only ]]; then build_only=1; shift; fi
 seconds=${1:-60}
+[[ $seconds =~ ^[0-9]+$ ]] || { echo "run_fuzzers.sh: seconds per target must be a whole number, not '$seconds'" >&2; exit 2; }
 build=$root/build-fuzz
 if [[ ! -f $build/CMakeCache.txt ]]; then
   CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -15,6 +19,7 @@ if [[ ! -f $build/CMakeCache.txt ]]; then
 fi
 targets=(fuzz_safetensors fuzz_gguf fuzz_modelslim_description fuzz_config_json fuzz_tiktoken)
 cmake --build "$build" --parallel "$(nproc)" "${targets[@]/#/--target=}"
+((build_only)) && exit 0
 
 # Seeds from real synthetic checkpoints: a small complete GGUF header file and safetensors
 # header prefixes (the reader reports them truncated, which still drives the whole parser).
