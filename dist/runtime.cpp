@@ -31,8 +31,12 @@ constexpr double kNonRootExitMargin = 5.0;
 constexpr int kHostBytes = 256;
 
 // Completes `request`, sleeping between tests rather than spinning: with ranks oversubscribed on
-// few cores, a spinning wait takes the CPU from the rank everyone waits for. Returns MPI_Test's
-// error code.
+// few cores, a spinning wait takes the CPU from the rank everyone waits for. The naps stay short
+// (at most 1 ms): a non-blocking collective advances only inside some rank's MPI_Test, so every
+// nap of a rank inside the reduction tree delays the whole job's exit from the stage. With naps
+// of up to 25 ms the 8-rank quickstart spent 0.2-0.37 s planning a checkpoint that one rank plans
+// in 0.01 s; at 1 ms, 0.02 s, and a waiting rank's wake-ups cost well under 1 % of a core.
+// Returns MPI_Test's error code.
 int wait_napping(MPI_Request& request) {
   auto nap = std::chrono::microseconds(50);
   for (;;) {
@@ -40,7 +44,7 @@ int wait_napping(MPI_Request& request) {
     const int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS || done) return rc;
     std::this_thread::sleep_for(nap);
-    nap = std::min(nap * 2, std::chrono::microseconds(25000));
+    nap = std::min(nap * 2, std::chrono::microseconds(1000));
   }
 }
 
