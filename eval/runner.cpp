@@ -307,6 +307,9 @@ void warm_up_rounds(model::engine::Engine& engine, const dist::Groups& groups,
   g.calibration_requests = std::clamp<std::size_t>(
       (prompts + dp - 1) / dp, 1,
       static_cast<std::size_t>(std::max(1, options.generator.max_running_requests)));
+  model::engine::Speculation* speculation = g.drafter ? g.speculation : nullptr;
+  if (speculation && speculation->adaptive())
+    restore_step_costs(groups, options.step_costs, speculation->cost());
   for (int round = 0; round < 2; ++round) {
     Generator gen(engine, groups, g);
     if (round == 1 && options.prefix_caching) gen.add_prefix(prefix);
@@ -329,6 +332,7 @@ void warm_up_rounds(model::engine::Engine& engine, const dist::Groups& groups,
     if (stats.calibration_seconds > 0) {
       spdlog::info("speculation: step costs measured for a batch of {} in {:.2f} s",
                    g.calibration_requests, stats.calibration_seconds);
+      if (groups.world().rank() == 0) store_step_costs(options.step_costs, speculation->cost());
     }
   }
 }

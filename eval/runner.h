@@ -18,6 +18,7 @@
 #include "eval/prompt.h"
 #include "eval/results.h"
 #include "eval/speculative.h"
+#include "eval/step_costs.h"
 #include "eval/throughput.h"
 #include "model/engine/engine.h"
 #include "model/engine/generator.h"
@@ -34,6 +35,7 @@ struct RunnerOptions {
   std::vector<std::string> stop_strings = {};  // empty: SGLang's
   model::engine::GeneratorOptions generator;   // max_running already capped by --parallel
   bool progress_bar = false;                   // rank 0: a terminal bar instead of log lines
+  StepCostsCache step_costs;  // adaptive speculation's calibration, kept between runs of the job
 };
 
 // Prompt tokens: the prefix alone and every prompt whole (the tokenizer may merge across the

@@ -1,5 +1,6 @@
 #include "apps/k3eval/evaluate.h"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <csignal>
@@ -79,23 +80,6 @@ model::engine::Serving build_serving(dist::Runtime& runtime, const dist::Groups&
   return model::engine::build_serving(runtime, groups, serving_model(model), options);
 }
 
-eval::RunnerOptions runner_options(const K3evalOptions& o, const Serving& serving) {
-  eval::RunnerOptions r;
-  r.generator.drafter = serving.drafter.get();
-  r.generator.speculation = serving.speculation.get();
-  r.generator.resident_prefixes = serving.resident_prefixes.get();
-  r.max_new_tokens = static_cast<std::size_t>(o.max_new_tokens);
-  r.sampling = {static_cast<float>(o.temperature), o.seed};
-  r.extractor = eval::parse_extractor(o.answer_extractor);
-  r.balance_by_tokens = o.dp_balance == "tokens";
-  r.prefix_caching = !o.disable_prefix_cache;
-  r.generator.max_running_requests = std::min(o.max_running_requests, o.parallel);
-  r.generator.chunked_prefill_size = static_cast<std::size_t>(o.chunked_prefill_size);
-  r.generator.prefix_caching = !o.disable_prefix_cache;
-  r.progress_bar = o.progress == "bar" || (o.progress == "auto" && dist::stdout_is_terminal());
-  return r;
-}
-
 nlohmann::json config_json(const K3evalOptions& o, const dist::Layout& layout) {
   nlohmann::json config = {{"command_line", o.command_line},
                            {"config_file", o.config_file},
@@ -131,6 +115,65 @@ nlohmann::json config_json(const K3evalOptions& o, const dist::Layout& layout) {
   }
   return config;
 }
+
+// A file's or a directory's files' identity for a cache key: sizes and modification times.
+nlohmann::json stamp(const fs::path& path) {
+  nlohmann::json out = nlohmann::json::array();
+  std::error_code ec;
+  auto add = [&](const fs::path& p) {
+    const auto size = fs::file_size(p, ec);
+    const auto time = fs::last_write_time(p, ec).time_since_epoch().count();
+    out.push_back({p.filename().string(), ec ? 0 : size, ec ? 0 : time});
+  };
+  if (fs::is_directory(path, ec)) {
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(path, ec))
+      if (e.is_regular_file(ec)) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) add(f);
+  } else if (!path.empty()) {
+    add(path);
+  }
+  return out;
+}
+
+// Where adaptive speculation keeps its measured step costs (<artifacts>/speculation-costs.json)
+// and under which key (eval/step_costs.h): the run's configuration (`config`: the command line
+// and every parsed option and the layout), the host's machine class, and the binary's, the
+// model's and the draft's files. Only rank 0's key is compared.
+eval::StepCostsCache step_costs_cache(const K3evalOptions& o, const nlohmann::json& config) {
+  eval::StepCostsCache cache;
+  if (o.artifacts_dir.empty() || o.speculative_algorithm.empty()) return cache;
+  nlohmann::json key = config;
+  key["machine"] = eval::machine_class();
+  key["k3eval"] = stamp("/proc/self/exe");
+  key["model"] = stamp(o.model_path);
+  key["draft"] = stamp(o.draft_model_path);
+  cache.file = fs::path(o.artifacts_dir) / "speculation-costs.json";
+  cache.key = key.dump();
+  cache.recalibrate = o.speculative_recalibrate;
+  return cache;
+}
+
+eval::RunnerOptions runner_options(const K3evalOptions& o, const Serving& serving,
+                                  const nlohmann::json& config) {
+  eval::RunnerOptions r;
+  r.step_costs = step_costs_cache(o, config);
+  r.generator.drafter = serving.drafter.get();
+  r.generator.speculation = serving.speculation.get();
+  r.generator.resident_prefixes = serving.resident_prefixes.get();
+  r.max_new_tokens = static_cast<std::size_t>(o.max_new_tokens);
+  r.sampling = {static_cast<float>(o.temperature), o.seed};
+  r.extractor = eval::parse_extractor(o.answer_extractor);
+  r.balance_by_tokens = o.dp_balance == "tokens";
+  r.prefix_caching = !o.disable_prefix_cache;
+  r.generator.max_running_requests = std::min(o.max_running_requests, o.parallel);
+  r.generator.chunked_prefill_size = static_cast<std::size_t>(o.chunked_prefill_size);
+  r.generator.prefix_caching = !o.disable_prefix_cache;
+  r.progress_bar = o.progress == "bar" || (o.progress == "auto" && dist::stdout_is_terminal());
+  return r;
+}
+
 
 // Where the run's records go (the history: --history, else <artifacts>/history.h5, else none)
 // and the history record's fields the job knows, stamped now.
@@ -360,7 +403,7 @@ int run_evaluation(dist::Runtime& runtime, const dist::Groups& groups, const K3e
   const model::Tokenizer& tokenizer = serving.tokenizer;
   eval::TokenizedPrompts tokens;
   auto& engine = serving.engine;
-  const eval::RunnerOptions ro = runner_options(o, serving);
+  const eval::RunnerOptions ro = runner_options(o, serving, config_json(o, groups.layout()));
   runtime.collectively([&] {
     tokens = eval::tokenize_prompts(tokenizer, prompts);
     model::engine::Generator check(*engine, groups, ro.generator);
@@ -451,7 +494,7 @@ int run_throughput_mode(dist::Runtime& runtime, const dist::Groups& groups,
   Serving serving = build_serving(runtime, groups, model, serving_options(o));
   const model::Tokenizer& tokenizer = serving.tokenizer;
   auto& engine = serving.engine;
-  eval::RunnerOptions ro = runner_options(o, serving);
+  eval::RunnerOptions ro = runner_options(o, serving, config);
   const std::size_t count =
       static_cast<std::size_t>(o.num_prompts > 0 ? o.num_prompts : o.num_questions);
   const std::size_t output_len =

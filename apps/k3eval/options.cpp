@@ -29,6 +29,8 @@ void validate_speculative(K3evalOptions& o) {
       throw UsageError("--speculative-num-draft-tokens needs --speculative-algorithm dspark");
     if (o.speculative_adaptive)
       throw UsageError("--speculative-adaptive needs --speculative-algorithm dspark");
+    if (o.speculative_recalibrate)
+      throw UsageError("--speculative-recalibrate needs --speculative-algorithm dspark");
     return;
   }
   if (algorithm != "dspark") {
@@ -58,6 +60,12 @@ void validate_speculative(K3evalOptions& o) {
                        "--speculative-dspark-block-size " + std::to_string(o.speculative_block_size) +
                        " (the drafts one round proposes)");
     }
+  }
+  if (o.speculative_recalibrate &&
+      (o.speculative_num_draft_tokens >= 0 || !o.speculative_adaptive.value_or(true))) {
+    throw UsageError(
+        "--speculative-recalibrate measures the step costs of --speculative-adaptive, which a "
+        "fixed number of draft tokens does not use");
   }
   // Draft logits stay inside their DP group (SGLang: DSPARK with dp > 1 requires it).
   if (o.layout.enable_dp_attention && o.layout.dp > 1 && !o.layout.enable_dp_lm_head) {
@@ -140,7 +148,10 @@ po::options_description describe(K3evalOptions& o) {
       ("speculative-adaptive", po::value<bool>()->implicit_value(true)->value_name("BOOL"),
        "choose each request's drafts per step by goodput, from step times measured on this host "
        "and the drafts' acceptance (on by default when speculating; =false verifies the whole "
-       "block)");
+       "block)")
+      ("speculative-recalibrate", po::bool_switch(&o.speculative_recalibrate),
+       "measure the step costs the adaptive policy works from, even when "
+       "<artifacts>/speculation-costs.json holds this job's from an earlier run on this host");
   // clang-format on
 
   po::options_description evaluation("Evaluation (GSM8K, SGLang-compatible)");

@@ -45,6 +45,9 @@ struct K3evalOptions {
   // (-1: not given); otherwise --speculative-adaptive (on unless set false) chooses by goodput.
   int speculative_num_draft_tokens = -1;
   std::optional<bool> speculative_adaptive;
+  // Measure the adaptive policy's step costs even when <artifacts>/speculation-costs.json holds
+  // this job's from an earlier run.
+  bool speculative_recalibrate = false;
 
   // Evaluation.
   std::string data_path;  // default: K3_DEFAULT_DATA (GSM8K test.jsonl in ../shared)

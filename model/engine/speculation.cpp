@@ -124,6 +124,12 @@ bool StepCostModel::compute_bound(std::size_t rows_a, double seconds_a, std::siz
   return seconds_b * (1.0 + Speculation::kMinGain) >= seconds_a * more_rows;
 }
 
+void StepCostModel::restore(const Calibration& c) {
+  for (const auto& [rows, seconds] : c.target) target_.calibrate(rows, seconds);
+  for (const auto& [requests, seconds] : c.draft) draft_.calibrate(requests, seconds);
+  for (const auto& [rows, seconds] : c.projection) projection_.calibrate(rows, seconds);
+}
+
 void StepCostModel::observe_overhead(double seconds) {
   seconds = std::max(0.0, seconds);
   overhead_ = overhead_seen_ ? overhead_ + kSmoothing * (seconds - overhead_) : seconds;

@@ -48,6 +48,7 @@
 #include <map>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace k3::model::engine {
@@ -124,6 +125,17 @@ class StepCostModel {
   // The largest drafter batch calibrated (0: none).
   std::size_t calibrated_requests() const { return draft_.calibrated_up_to(); }
 
+  // The calibrated points, (rows or requests, seconds), without what real steps taught: kept
+  // for a later run of the same job on the same host (eval/step_costs.h), which restores them
+  // instead of measuring again and then refines them from its own steps.
+  struct Calibration {
+    std::vector<std::pair<std::size_t, double>> target, draft, projection;
+  };
+  Calibration calibration() const {
+    return {target_.calibrated(), draft_.calibrated(), projection_.calibrated()};
+  }
+  void restore(const Calibration& c);
+
  private:
   class Curve {
    public:
@@ -132,6 +144,9 @@ class StepCostModel {
     void observe(std::size_t x, double seconds);
     bool empty() const { return shape_.empty() && measured_.empty(); }
     std::size_t calibrated_up_to() const { return shape_.empty() ? 0 : shape_.rbegin()->first; }
+    std::vector<std::pair<std::size_t, double>> calibrated() const {
+      return {shape_.begin(), shape_.end()};
+    }
 
    private:
     double shape_at(std::size_t x) const;     // 1 without a shape: measured_ is in seconds

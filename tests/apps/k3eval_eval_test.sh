@@ -326,6 +326,33 @@ assert (s["accept_length"] is None) == (s["verify_rounds"] == 0), s
 assert s["accept_length"] is None or s["accept_length"] >= 1, s
 assert s["policy"] == "goodput" and s["draft_lengths"] and s["plain_estimate_s"] > 0, s' "$work/q/summary.json" ||
       fail "summary.json: $(cat "$work/q/summary.json")"
+    # The step costs measured there are kept in the artifacts directory: the same job again
+    # restores them instead of measuring (golden tokens unchanged); --speculative-recalibrate
+    # measures anyway; a damaged file is measured over with a warning naming it.
+    grep -qF 'speculation: step costs measured for a batch of 10' <<<"$err" ||
+      fail "the first run measured no step costs: $(grep speculation: "$work/err")"
+    python3 -c '
+import json, sys
+f = json.load(open(sys.argv[1]))
+assert f["key"]["layout"].startswith("world=8 "), f["key"]
+assert f["target"] and f["draft"] and all(x >= 1 and s > 0 for x, s in f["target"] + f["draft"]), f' \
+      "$work/q/speculation-costs.json" || fail "speculation-costs.json: $(head -c 400 "$work/q/speculation-costs.json")"
+    quickstart=(--config "$repo/jobs/configs/quickstart.ini" --model-path "$ck" --data-path "$data"
+                --progress log --baseline "$repo/jobs/baselines/quickstart-tiny.json"
+                --artifacts-dir "$work/q" "${spec[@]}")
+    run 8 "${quickstart[@]}"
+    expect_rc 0
+    expect_out '^Golden tokens: 20 of 20 completions identical$'
+    expect_err "speculation: step costs for batches up to 10 restored from $work/q/speculation-costs.json"
+    ! grep -qF 'step costs measured' "$work/err" || fail "costs measured again although kept"
+    run 8 "${quickstart[@]}" --speculative-recalibrate
+    expect_rc 0
+    expect_err 'speculation: step costs measured for a batch of 10'
+    echo '{"key": 3' >"$work/q/speculation-costs.json"
+    run 8 "${quickstart[@]}"
+    expect_rc 0
+    expect_err "$work/q/speculation-costs.json: not a JSON object; measuring the step costs again"
+    expect_err 'speculation: step costs measured for a batch of 10'
     args=("${common[@]}" --num-questions 6 --max-new-tokens 24 --fp32-activations)
     for np in 1 8; do
       layout=()
@@ -374,6 +401,12 @@ assert s["policy"] == "goodput" and s["draft_lengths"] and s["plain_estimate_s"]
     run 1 "${common[@]}" "${spec[@]}" --speculative-num-draft-tokens 3 --speculative-adaptive
     expect_rc 2
     expect_err "give one of the two"
+    run 1 "${common[@]}" --speculative-recalibrate
+    expect_rc 2
+    expect_err "--speculative-recalibrate needs --speculative-algorithm dspark"
+    run 1 "${common[@]}" "${spec[@]}" --speculative-num-draft-tokens 3 --speculative-recalibrate
+    expect_rc 2
+    expect_err "--speculative-recalibrate measures the step costs of --speculative-adaptive"
     run 1 "${common[@]}" "${spec[@]}" --speculative-num-draft-tokens 9
     expect_rc 2
     expect_err "--speculative-num-draft-tokens 9 exceeds the drafter's block size 7"

@@ -139,6 +139,27 @@ TEST(StepCostModel, TheCalibratedCurveNeverFallsWithMoreRows) {
   EXPECT_DOUBLE_EQ(m.projection_seconds(0), 0.0);
 }
 
+TEST(StepCostModel, ARestoredCalibrationPredictsWhatTheMeasuredOneDid) {
+  StepCostModel measured;
+  for (std::size_t rows : {1, 10, 20, 40}) measured.calibrate_target(rows, 0.01 + 0.002 * rows);
+  measured.calibrate_draft(1, 0.007);
+  measured.calibrate_draft(10, 0.04);
+  measured.calibrate_projection(64, 0.0025);
+  measured.observe_target(10, 0.06);  // a real step: not part of the calibration
+  const StepCostModel::Calibration kept = measured.calibration();
+  ASSERT_EQ(kept.target.size(), 4u);
+  EXPECT_EQ(kept.target[3], (std::pair<std::size_t, double>(40, 0.09)));
+  StepCostModel restored;
+  restored.restore(kept);
+  EXPECT_EQ(restored.calibrated_requests(), 10u);
+  for (std::size_t rows : {1, 7, 20, 33, 80}) {
+    EXPECT_NEAR(restored.target_seconds(rows), 0.01 + 0.002 * static_cast<double>(rows), 1e-12)
+        << rows;
+  }
+  EXPECT_DOUBLE_EQ(restored.draft_seconds(10), 0.04);
+  EXPECT_DOUBLE_EQ(restored.projection_seconds(64), 0.0025);
+}
+
 TEST(Speculation, WithoutEvidenceItDraftsToLearnWhatTheDrafterIsWorth) {
   Speculation s(7, {});
   cost(s, 0.050, 0.0005, 0.010);
