@@ -72,6 +72,10 @@ using Q8KQuantizer = void (*)(const float* x, std::size_t cols, std::int8_t* qs,
 // L, each sub-block's scale and its minimum negated.
 using Q2KFit = void (*)(const float* x, std::uint8_t* L, float* scales, float* neg_mins);
 
+// Q8_0 weights: one 32-element block (scale and codes), with the same bits as quant_q8_0 in
+// reference.cpp.
+using Q8_0Block = void (*)(const float* x, std::uint8_t* block);
+
 struct KernelTable {
   RowKernel row[kTypeCount] = {};
   TileKernel tile[kTypeCount] = {};
@@ -80,6 +84,7 @@ struct KernelTable {
   Q8Block32Quantizer q8_block32 = nullptr;
   Q8KQuantizer q8_k = nullptr;
   Q2KFit q2_k_fit = nullptr;
+  Q8_0Block q8_0_block = nullptr;
 };
 
 inline constexpr std::size_t kVnniTileGroups = 8;

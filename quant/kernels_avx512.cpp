@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "quant/fp.h"
 #include "quant/kernels_avx512.h"
 
 #if defined(__x86_64__)
@@ -124,6 +125,41 @@ K3_512_INLINE __m512i q2_code(__m512 iscale, __m512 lo, __m512 x) {
   return _mm512_max_epi32(_mm512_setzero_si512(), _mm512_min_epi32(_mm512_set1_epi32(3), l));
 }
 
+// Q8_0 codes of x * inv as quant_q8_0 (reference.cpp): roundf (half away from zero), NaN to 0,
+// clamped to [-128, 127]. roundf as truncation plus one step where the remainder, exact in
+// float, is at least a half; clamping to [-129, 128] first keeps an infinite product (a denormal
+// scale) in the conversion's range and changes no code.
+K3_512_INLINE __m512i q8_0_codes(__m512 x, __m512 inv) {
+  const __m512i one = _mm512_set1_epi32(1);
+  __m512 v = _mm512_mul_ps(x, inv);
+  v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
+  v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-129.0f)), _mm512_set1_ps(128.0f));
+  __m512i t = _mm512_cvttps_epi32(v);
+  const __m512 r = _mm512_sub_ps(v, _mm512_cvtepi32_ps(t));
+  t = _mm512_mask_add_epi32(t, _mm512_cmp_ps_mask(r, _mm512_set1_ps(0.5f), _CMP_GE_OQ), t, one);
+  t = _mm512_mask_sub_epi32(t, _mm512_cmp_ps_mask(r, _mm512_set1_ps(-0.5f), _CMP_LE_OQ), t, one);
+  return _mm512_max_epi32(_mm512_min_epi32(t, _mm512_set1_epi32(127)), _mm512_set1_epi32(-128));
+}
+
+// quant_q8_0 (reference.cpp) with the same bits: amax over the non-NaN |x| (std::max skips a
+// NaN there), the scale and its inverse in scalar float as there. Re-encoding a drafter's BF16
+// matrices as Q8_0 at load was mostly the scalar block's roundf calls.
+K3_512 void q8_0_block(const float* x, std::uint8_t* b) {
+  const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512 a0 = _mm512_mask_abs_ps(zero, _mm512_cmp_ps_mask(x0, x0, _CMP_ORD_Q), x0);
+  const __m512 a1 = _mm512_mask_abs_ps(zero, _mm512_cmp_ps_mask(x1, x1, _CMP_ORD_Q), x1);
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  store_u16(b + layout::kQ8_0D, f32_to_fp16(d));
+  const __m512 inv = _mm512_set1_ps(id);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(b + layout::kQ8_0Qs),
+                   _mm512_cvtepi32_epi8(q8_0_codes(x0, inv)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(b + layout::kQ8_0Qs + 16),
+                   _mm512_cvtepi32_epi8(q8_0_codes(x1, inv)));
+}
+
 // q2_k_fit (reference.cpp) with the same bits: lane j fits sub-block j, every step of fit_affine
 // (make_qkx2_quants with weights |x|, nmax 3, rmin -0.5, rdelta 0.1, 15 steps, absolute error)
 // in its order, a branch becoming a per-lane blend. Vector i holds element i of every sub-block.
@@ -227,6 +263,7 @@ KernelTable make_table() {
   t.q8_block32 = q8_block32_row;
   t.q8_k = q8_k_row;
   t.q2_k_fit = q2_k_fit_row;
+  t.q8_0_block = q8_0_block;
   return t;
 }
 

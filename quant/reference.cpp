@@ -454,7 +454,12 @@ void from_float_row(const float* src, uint8_t* dst, size_t n) {
   } else if constexpr (T == Type::kBF16) {
     for (size_t i = 0; i < n; ++i) store_u16(dst + 2 * i, f32_to_bf16(src[i]));
   } else if constexpr (T == Type::kQ8_0) {
-    blocks_from_float<BlockQ8_0, kBlock32>(quant_q8_0, src, dst, n);
+    // Float matrices re-encoded at load (a drafter's): the AVX-512 block gives the same bits.
+    void (*block)(const float*, uint8_t*) = quant_q8_0;
+    if (active_isa() >= Isa::kAvx512 && detail::avx512_kernels().q8_0_block != nullptr) {
+      block = detail::avx512_kernels().q8_0_block;
+    }
+    blocks_from_float<BlockQ8_0, kBlock32>(block, src, dst, n);
   } else if constexpr (T == Type::kQ4_0) {
     blocks_from_float<BlockQ4_0, kBlock32>(quant_q4_0, src, dst, n);
   } else if constexpr (T == Type::kMXFP4) {

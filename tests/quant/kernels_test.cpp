@@ -490,5 +490,49 @@ TEST(QuantKernels, Q2_KQuantizationIsTheSameOnEveryIsa) {
   set_active_isa(before);
 }
 
+// Q8_0 weights (a drafter's float matrices re-encoded at load) are the same bits whichever ISA
+// encodes them: ordinary values, exact ties at every scale (roundf rounds them away from zero),
+// the floats beside them, huge values, a scale whose inverse overflows, subnormals, infinities
+// and NaNs.
+TEST(QuantKernels, Q8_0QuantizationIsTheSameOnEveryIsa) {
+  std::mt19937_64 rng(79);
+  const std::size_t rows = 16, cols = 32 * 40;
+  std::vector<float> x = heavy_tailed(rng, rows * cols);
+  for (std::size_t b = 0; b < 40; ++b) {  // row 1: amax 127, so the codes are the values
+    float* blk = x.data() + cols + 32 * b;
+    for (std::size_t j = 0; j < 32; ++j) {
+      const float tie = static_cast<float>(static_cast<int>(j + b) % 254 - 127) + 0.5f;
+      blk[j] = b % 3 == 0 ? tie : std::nextafter(tie, b % 3 == 1 ? 0.0f : 2 * tie);
+    }
+    blk[31] = 127.0f;
+  }
+  for (std::size_t i = 2 * cols; i < 3 * cols; ++i) x[i] *= 1e-38f;  // subnormal scales
+  x[3 * cols] = 1e-37f;  // a block whose scale's inverse overflows: codes +-127, -128 or 0
+  x[3 * cols + 1] = -1e-37f;
+  std::fill(x.begin() + 3 * cols + 2, x.begin() + 3 * cols + 32, 0.0f);
+  x[4 * cols + 3] = 3e38f;
+  x[4 * cols + 300] = -3e38f;
+  x[5 * cols + 7] = -1e-40f;
+  x[6 * cols + 5] = std::numeric_limits<float>::infinity();
+  x[7 * cols + 17] = -std::numeric_limits<float>::infinity();
+  x[8 * cols] = std::numeric_limits<float>::quiet_NaN();
+  x[8 * cols + 300] = std::numeric_limits<float>::quiet_NaN();
+  std::fill(x.begin() + 9 * cols, x.begin() + 9 * cols + 32, 0.0f);
+  const Isa before = active_isa();
+  set_active_isa(Isa::kScalar);
+  const QuantizedMatrix want = quantize(Type::kQ8_0, x, rows, cols);
+  for (Isa isa : available_isas()) {
+    set_active_isa(isa);
+    const QuantizedMatrix got = quantize(Type::kQ8_0, x, rows, cols);
+    ASSERT_EQ(want.data.size(), got.data.size());
+    for (std::size_t r = 0; r < rows; ++r) {
+      const std::size_t bytes = want.data.size() / rows;
+      EXPECT_EQ(0, std::memcmp(want.data.data() + r * bytes, got.data.data() + r * bytes, bytes))
+          << name(isa) << " row " << r;
+    }
+  }
+  set_active_isa(before);
+}
+
 }  // namespace
 }  // namespace k3::quant

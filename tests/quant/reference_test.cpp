@@ -135,6 +135,37 @@ TEST(QuantReference, Q8_0WorkedExample) {
   EXPECT_FLOAT_EQ(y[0], -127.0f * fp16_to_f32(0x2808));
 }
 
+// Q8_0 rounds half away from zero, as ggml's roundf: ties, the floats just beside them, both
+// signs, and scaled values beyond the int8 range (clamped).
+TEST(QuantReference, Q8_0RoundsHalfAwayFromZeroLikeRoundf) {
+  // amax 127 makes d = 1 and id = 1: each value is its own scaled value.
+  const std::vector<float> ties = {0.5f, -0.5f, 1.5f, -1.5f, 2.5f, -2.5f, 126.5f, -126.5f,
+                                   std::nextafter(0.5f, 0.0f), std::nextafter(-0.5f, 0.0f),
+                                   std::nextafter(0.5f, 1.0f), std::nextafter(-0.5f, -1.0f),
+                                   std::nextafter(2.5f, 0.0f), std::nextafter(2.5f, 3.0f),
+                                   0.0f, -0.0f, 1e-30f, -1e-30f, 3.49999f, -3.50001f, 100.25f,
+                                   -100.75f, 63.5f, -63.5f, 12.0f, -12.0f, 0.25f, -0.75f, 7.5f,
+                                   -7.5f, 127.0f};
+  ASSERT_EQ(ties.size(), 31u);
+  std::vector<float> x = ties;
+  x.push_back(-127.0f);
+  std::vector<std::uint8_t> blk(34);
+  quantize_row(Type::kQ8_0, x.data(), blk.data(), 32);
+  ASSERT_EQ(fp16_to_f32(static_cast<std::uint16_t>(blk[0] | blk[1] << 8)), 1.0f);
+  for (int j = 0; j < 32; ++j) {
+    EXPECT_EQ(static_cast<std::int8_t>(blk[2 + j]), static_cast<int>(std::round(x[j]))) << x[j];
+  }
+  // An infinite id: every nonzero value clamps to 127 or -128 (x * id is infinite), zero stays 0
+  // (0 * inf is NaN).
+  std::vector<float> tiny(32, 0.0f);
+  tiny[0] = 1e-37f;  // d = amax / 127 is denormal, 1 / d overflows
+  tiny[1] = -1e-37f;
+  quantize_row(Type::kQ8_0, tiny.data(), blk.data(), 32);
+  EXPECT_EQ(static_cast<std::int8_t>(blk[2]), 127);
+  EXPECT_EQ(static_cast<std::int8_t>(blk[3]), -128);
+  EXPECT_EQ(static_cast<std::int8_t>(blk[4]), 0);
+}
+
 // gguf.md 2.3: a hand-built Q2_K block and the values it must decode to.
 TEST(QuantReference, Q2_KWorkedExample) {
   std::vector<std::uint8_t> blk(84, 0);
