@@ -83,12 +83,14 @@ bool restore_step_costs(const dist::Groups& groups, const StepCostsCache& cache,
   if (cache.file.empty() || cache.recalibrate) return false;
   // Rank 0 decides and sends the file's text: every rank restores the same points or none.
   std::string text;
-  if (groups.world().rank() == 0 && std::filesystem::exists(cache.file)) {
+  std::error_code missing;
+  if (groups.world().rank() == 0 && std::filesystem::exists(cache.file, missing)) {
     const std::string what = cache.file.string();
+    // Nothing may escape on rank 0 alone: the other ranks wait in the broadcast below.
     try {
       const std::string read = read_text_file(cache.file, "speculation's step costs");
       if (parse_step_costs(read, cache.key, what)) text = read;
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       spdlog::warn("speculation: {}; measuring the step costs again", e.what());
     }
   }
@@ -109,7 +111,7 @@ void store_step_costs(const StepCostsCache& cache, const model::engine::StepCost
   if (cache.file.empty()) return;
   try {
     write_file_atomically(cache.file, step_costs_json(cache.key, cost.calibration()));
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     // The run does not depend on it: the next run measures again.
     spdlog::warn("speculation: step costs not kept: {}", e.what());
   }

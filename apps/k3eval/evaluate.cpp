@@ -174,7 +174,6 @@ eval::RunnerOptions runner_options(const K3evalOptions& o, const Serving& servin
   return r;
 }
 
-
 // Where the run's records go (the history: --history, else <artifacts>/history.h5, else none)
 // and the history record's fields the job knows, stamped now.
 eval::RunContext run_context(const K3evalOptions& o, const dist::Groups& groups,
