@@ -353,6 +353,12 @@ assert f["target"] and f["draft"] and all(x >= 1 and s > 0 for x, s in f["target
     expect_rc 0
     expect_err "$work/q/speculation-costs.json: not a JSON object; measuring the step costs again"
     expect_err 'speculation: step costs measured for a batch of 10'
+    # Another job in the same directory (any option differs: here the unused seed of greedy
+    # decoding) measures its own.
+    run 8 "${quickstart[@]}" --seed 1
+    expect_rc 0
+    expect_err 'speculation: step costs measured for a batch of 10'
+    ! grep -qF 'restored from' "$work/err" || fail "another job's step costs restored"
     args=("${common[@]}" --num-questions 6 --max-new-tokens 24 --fp32-activations)
     for np in 1 8; do
       layout=()
