@@ -23,9 +23,18 @@ K3_512_INLINE __m512i q8_codes(__m512 v, float inv) {
   return _mm512_cvtps_epi32(c);
 }
 
-// quantize_q8_32 (activations.cpp) with the same bits: amax over the non-NaN |x| (std::max skips
-// a NaN there), the float sum in element order (kept scalar: a vector sum would reorder it),
-// codes by vrndscaleps (round to nearest even, as nearbyint), NaN to 0, clamped to +-127.
+// The largest |x| of a 32-element block held in x0, x1, NaN skipped (as std::max(amax, |x|)
+// does in the scalar quantizers).
+K3_512_INLINE float block32_amax(__m512 x0, __m512 x1) {
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512 a0 = _mm512_mask_abs_ps(zero, _mm512_cmp_ps_mask(x0, x0, _CMP_ORD_Q), x0);
+  const __m512 a1 = _mm512_mask_abs_ps(zero, _mm512_cmp_ps_mask(x1, x1, _CMP_ORD_Q), x1);
+  return _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+}
+
+// quantize_q8_32 (activations.cpp) with the same bits: amax over the non-NaN |x|, the float sum
+// in element order (kept scalar: a vector sum would reorder it), codes by vrndscaleps (round to
+// nearest even, as nearbyint), NaN to 0, clamped to +-127.
 K3_512 void q8_block32_row(const float* x, size_t cols, bool even_odd, std::int8_t* qs, float* d,
                            std::int32_t* isum, float* xsum, float* row_xsum) {
   // Even/odd order (compressed-tensors MXFP4): codes of the even elements, then the odd ones.
@@ -35,10 +44,7 @@ K3_512 void q8_block32_row(const float* x, size_t cols, bool even_odd, std::int8
   for (size_t b = 0; b < cols / 32; ++b) {
     const float* xb = x + 32 * b;
     __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
-    const __m512 zero = _mm512_setzero_ps();
-    const __m512 a0 = _mm512_mask_abs_ps(zero, _mm512_cmp_ps_mask(x0, x0, _CMP_ORD_Q), x0);
-    const __m512 a1 = _mm512_mask_abs_ps(zero, _mm512_cmp_ps_mask(x1, x1, _CMP_ORD_Q), x1);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+    const float amax = block32_amax(x0, x1);
     const float scale = amax / 127.0f;
     const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
     if (even_odd) {
@@ -141,16 +147,12 @@ K3_512_INLINE __m512i q8_0_codes(__m512 x, __m512 inv) {
   return _mm512_max_epi32(_mm512_min_epi32(t, _mm512_set1_epi32(127)), _mm512_set1_epi32(-128));
 }
 
-// quant_q8_0 (reference.cpp) with the same bits: amax over the non-NaN |x| (std::max skips a
-// NaN there), the scale and its inverse in scalar float as there. Re-encoding a drafter's BF16
+// quant_q8_0 (reference.cpp) with the same bits: the scale and its inverse in scalar float as
+// there. Re-encoding a drafter's BF16
 // matrices as Q8_0 at load was mostly the scalar block's roundf calls.
 K3_512 void q8_0_block(const float* x, std::uint8_t* b) {
   const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
-  const __m512 zero = _mm512_setzero_ps();
-  const __m512 a0 = _mm512_mask_abs_ps(zero, _mm512_cmp_ps_mask(x0, x0, _CMP_ORD_Q), x0);
-  const __m512 a1 = _mm512_mask_abs_ps(zero, _mm512_cmp_ps_mask(x1, x1, _CMP_ORD_Q), x1);
-  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
-  const float d = amax / 127.0f;
+  const float d = block32_amax(x0, x1) / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   store_u16(b + layout::kQ8_0D, f32_to_fp16(d));
   const __m512 inv = _mm512_set1_ps(id);
