@@ -452,6 +452,25 @@ TEST(QuantKernels, ActivationQuantizationIsTheSameOnEveryIsa) {
   set_active_isa(before);
 }
 
+// quantize(type, x) gives the scalar reference's bytes, row by row, on every ISA of this host.
+void expect_same_bits_on_every_isa(Type type, const std::vector<float>& x, std::size_t rows,
+                                   std::size_t cols) {
+  const Isa before = active_isa();
+  set_active_isa(Isa::kScalar);
+  const QuantizedMatrix want = quantize(type, x, rows, cols);
+  for (Isa isa : available_isas()) {
+    set_active_isa(isa);
+    const QuantizedMatrix got = quantize(type, x, rows, cols);
+    ASSERT_EQ(want.data.size(), got.data.size());
+    const std::size_t bytes = want.data.size() / rows;
+    for (std::size_t r = 0; r < rows; ++r) {
+      EXPECT_EQ(0, std::memcmp(want.data.data() + r * bytes, got.data.data() + r * bytes, bytes))
+          << name(isa) << " row " << r;
+    }
+  }
+  set_active_isa(before);
+}
+
 // Q2_K weights are the same bits whichever ISA fits them (the AVX-512 fit runs the 16 sub-blocks
 // of a block in 16 lanes): ordinary and uniform values, flat sub-blocks (zeros, one repeated
 // positive or negative value), ties, huge values, subnormals, infinities and NaNs.
@@ -474,20 +493,7 @@ TEST(QuantKernels, Q2_KQuantizationIsTheSameOnEveryIsa) {
   x[7 * cols + 17] = -std::numeric_limits<float>::infinity();
   x[8 * cols] = std::numeric_limits<float>::quiet_NaN();  // a sub-block's first element
   x[8 * cols + 300] = std::numeric_limits<float>::quiet_NaN();
-  const Isa before = active_isa();
-  set_active_isa(Isa::kScalar);
-  const QuantizedMatrix want = quantize(Type::kQ2_K, x, rows, cols);
-  for (Isa isa : available_isas()) {
-    set_active_isa(isa);
-    const QuantizedMatrix got = quantize(Type::kQ2_K, x, rows, cols);
-    ASSERT_EQ(want.data.size(), got.data.size());
-    for (std::size_t r = 0; r < rows; ++r) {
-      const std::size_t bytes = want.data.size() / rows;
-      EXPECT_EQ(0, std::memcmp(want.data.data() + r * bytes, got.data.data() + r * bytes, bytes))
-          << name(isa) << " row " << r;
-    }
-  }
-  set_active_isa(before);
+  expect_same_bits_on_every_isa(Type::kQ2_K, x, rows, cols);
 }
 
 // Q8_0 weights (a drafter's float matrices re-encoded at load) are the same bits whichever ISA
@@ -518,20 +524,7 @@ TEST(QuantKernels, Q8_0QuantizationIsTheSameOnEveryIsa) {
   x[8 * cols] = std::numeric_limits<float>::quiet_NaN();
   x[8 * cols + 300] = std::numeric_limits<float>::quiet_NaN();
   std::fill(x.begin() + 9 * cols, x.begin() + 9 * cols + 32, 0.0f);
-  const Isa before = active_isa();
-  set_active_isa(Isa::kScalar);
-  const QuantizedMatrix want = quantize(Type::kQ8_0, x, rows, cols);
-  for (Isa isa : available_isas()) {
-    set_active_isa(isa);
-    const QuantizedMatrix got = quantize(Type::kQ8_0, x, rows, cols);
-    ASSERT_EQ(want.data.size(), got.data.size());
-    for (std::size_t r = 0; r < rows; ++r) {
-      const std::size_t bytes = want.data.size() / rows;
-      EXPECT_EQ(0, std::memcmp(want.data.data() + r * bytes, got.data.data() + r * bytes, bytes))
-          << name(isa) << " row " << r;
-    }
-  }
-  set_active_isa(before);
+  expect_same_bits_on_every_isa(Type::kQ8_0, x, rows, cols);
 }
 
 }  // namespace
