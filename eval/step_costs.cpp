@@ -53,8 +53,6 @@ Calibration calibration_of(const nlohmann::json& file, const std::string& what) 
   return c;
 }
 
-}  // namespace
-
 std::string step_costs_json(const std::string& key, const Calibration& calibration) {
   // A key that is JSON text is kept as JSON, readable in the file.
   const nlohmann::json parsed = nlohmann::json::parse(key, nullptr, false);
@@ -68,28 +66,34 @@ std::string step_costs_json(const std::string& key, const Calibration& calibrati
   return file.dump(1) + "\n";
 }
 
-std::optional<Calibration> parse_step_costs(const std::string& text, const std::string& key,
-                                            const std::string& what) {
-  const nlohmann::json file = nlohmann::json::parse(text, nullptr, false);
+// The file's JSON when it holds `key`'s costs; null when another key's; InputError naming
+// `what` for text that is not such a file.
+nlohmann::json file_for_key(const std::string& text, const std::string& key,
+                            const std::string& what) {
+  nlohmann::json file = nlohmann::json::parse(text, nullptr, false);
   if (file.is_discarded() || !file.is_object()) throw InputError(what + ": not a JSON object");
   const auto k = file.find("key");
   if (k == file.end()) throw InputError(what + ": no \"key\"");
-  if ((k->is_string() ? k->get<std::string>() : k->dump()) != key) return std::nullopt;
-  return calibration_of(file, what);
+  if ((k->is_string() ? k->get<std::string>() : k->dump()) != key) return nullptr;
+  calibration_of(file, what);  // the points are checked where the file is read
+  return file;
 }
+
+}  // namespace
 
 bool restore_step_costs(const dist::Groups& groups, const StepCostsCache& cache,
                         model::engine::StepCostModel& cost) {
   if (cache.file.empty() || cache.recalibrate) return false;
   // Rank 0 decides and sends the file's text: every rank restores the same points or none.
   std::string text;
+  nlohmann::json file;
   std::error_code missing;
   if (groups.world().rank() == 0 && std::filesystem::exists(cache.file, missing)) {
-    const std::string what = cache.file.string();
     // Nothing may escape on rank 0 alone: the other ranks wait in the broadcast below.
     try {
       const std::string read = read_text_file(cache.file, "speculation's step costs");
-      if (parse_step_costs(read, cache.key, what)) text = read;
+      file = file_for_key(read, cache.key, cache.file.string());
+      if (!file.is_null()) text = read;
     } catch (const std::exception& e) {
       spdlog::warn("speculation: {}; measuring the step costs again", e.what());
     }
@@ -97,7 +101,7 @@ bool restore_step_costs(const dist::Groups& groups, const StepCostsCache& cache,
   dist::bcast(groups.world(), text, 0);
   if (text.empty()) return false;
   // The key is rank 0's to judge (another host's CPU may read differently).
-  const nlohmann::json file = nlohmann::json::parse(text);
+  if (file.is_null()) file = nlohmann::json::parse(text);
   cost.restore(calibration_of(file, cache.file.string()));
   if (groups.world().rank() == 0) {
     const auto measured = file.value("measured", std::string("?"));

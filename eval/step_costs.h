@@ -17,7 +17,6 @@
 #pragma once
 
 #include <filesystem>
-#include <optional>
 #include <string>
 
 #include "dist/groups.h"
@@ -38,13 +37,5 @@ bool restore_step_costs(const dist::Groups& groups, const StepCostsCache& cache,
 
 // Rank 0: writes the calibration of `cost` under cache.key, atomically (no file: nothing).
 void store_step_costs(const StepCostsCache& cache, const model::engine::StepCostModel& cost);
-
-// The file's JSON text for `calibration` under `key`, and back: nullopt when the text holds
-// another key's costs; InputError naming `what` for text that is not such a file.
-std::string step_costs_json(const std::string& key,
-                            const model::engine::StepCostModel::Calibration& calibration);
-std::optional<model::engine::StepCostModel::Calibration> parse_step_costs(const std::string& text,
-                                                                          const std::string& key,
-                                                                          const std::string& what);
 
 }  // namespace k3::eval
